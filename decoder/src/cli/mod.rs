@@ -1,0 +1,39 @@
+//! The `decoder` command line: one module per subcommand, each with its clap `Args` and a `run`.
+
+use clap::{Parser, Subcommand};
+
+pub mod devices;
+pub mod import_gguf;
+pub mod run;
+pub mod synth;
+
+/// decodescope's reference decoder: a Qwen3 / Llama decoder on Vulkan with two instrumented
+/// execution modes (generic-primitive and fused token-region), and the CPU reference they are
+/// checked against.
+#[derive(Debug, Parser)]
+#[command(name = "decoder", version, about, long_about = None, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the Vulkan devices and the properties that matter for decode profiling.
+    Devices(devices::Args),
+    /// Generate text from a prompt and print a per-token summary.
+    Run(run::Args),
+    /// Write a synthetic Hugging Face checkpoint with deterministic random weights.
+    Synth(synth::Args),
+    /// Convert a GGUF file into a Hugging Face checkpoint directory.
+    ImportGguf(import_gguf::Args),
+}
+
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Devices(a) => devices::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Synth(a) => synth::run(a),
+        Command::ImportGguf(a) => import_gguf::run(a),
+    }
+}

@@ -1,0 +1,1 @@
+//! GGUF reading and import (being written).

@@ -1,0 +1,11 @@
+//! decodescope's reference decoder.
+//!
+//! - [`model`]: checkpoint config, weights, tokenizer, synthetic checkpoints and the CPU reference.
+//! - [`gguf`]: GGUF reading and import into a Hugging Face checkpoint.
+//! - [`vk`]: the only module holding raw Vulkan handles and `unsafe`.
+//! - [`cli`]: the `decoder` command line.
+
+pub mod cli;
+pub mod gguf;
+pub mod model;
+pub mod vk;

@@ -1,0 +1,1 @@
+//! Models (being written).

@@ -1,0 +1,1 @@
+//! Vulkan layer (being written).

@@ -1,0 +1,396 @@
+//! The decodescope trace: one file per capture, the contract between the decoder that writes it
+//! and the profiler and viewer that read it. `profiler/TRACE_FORMAT.md` documents every field
+//! and unit; this module is its executable form.
+//!
+//! Times are nanoseconds on the host's monotonic clock (`CLOCK_MONOTONIC`), relative to
+//! [`Meta::epoch_host_ns`], so host and GPU spans share one timeline. GPU ticks are converted with
+//! the calibration recorded in [`ClockMeta`].
+//!
+//! Spans are stored as short arrays (`[name, start_ns, dur_ns, depth]`) rather than objects: a
+//! 10,000-token capture at dispatch level holds millions of them.
+
+use serde::{Deserialize, Serialize};
+
+/// The value of [`Trace::format`]; a reader refuses any other file type.
+pub const FORMAT_NAME: &str = "decodescope-trace";
+/// The newest format version this crate writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One capture.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Trace {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// [`FORMAT_VERSION`] at the time of writing.
+    pub version: u32,
+    pub meta: Meta,
+    /// Every label a GPU span can name, with its per-op facts. Spans refer to it by index.
+    pub ops: Vec<OpInfo>,
+    /// One record per step: the prefill (one record for the whole prompt) then one per decode token.
+    pub tokens: Vec<TokenRecord>,
+}
+
+/// Everything that identifies a capture and decides whether two captures are comparable.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Meta {
+    pub tool: ToolMeta,
+    /// Wall-clock time the capture started, milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub created_unix_ms: u64,
+    /// Host monotonic time (ns) that all `*_ns` times in this trace are relative to.
+    #[serde(default)]
+    pub epoch_host_ns: u64,
+    pub device: DeviceMeta,
+    #[serde(default)]
+    pub clock: ClockMeta,
+    pub model: ModelMeta,
+    pub knobs: Knobs,
+    pub run: RunMeta,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ToolMeta {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct DeviceMeta {
+    /// `VkPhysicalDeviceProperties::deviceName`, or `cpu` for the CPU reference.
+    pub name: String,
+    /// `discrete`, `integrated`, `virtual`, `cpu` or `other`.
+    #[serde(default)]
+    pub device_type: String,
+    #[serde(default)]
+    pub vendor_id: u32,
+    #[serde(default)]
+    pub device_id: u32,
+    /// `VkPhysicalDeviceDriverProperties::driverName` and `driverInfo`.
+    #[serde(default)]
+    pub driver: String,
+    /// Vulkan API version of the device, `major.minor.patch`.
+    #[serde(default)]
+    pub api_version: String,
+    /// Nanoseconds per GPU timestamp tick (`timestampPeriod`); 0 when timestamps are unsupported.
+    #[serde(default)]
+    pub timestamp_period_ns: f64,
+    /// Number of compute units the kernels were tuned for (SMs, CUs, or CPU threads on lavapipe).
+    #[serde(default)]
+    pub compute_units: u32,
+    /// Measured device memory bandwidth in GB/s (10^9 bytes/s) when the capture measured it.
+    /// Reports show achieved GB/s as a share of it.
+    #[serde(default)]
+    pub memory_bandwidth_gbps: Option<f64>,
+}
+
+/// How GPU ticks became host nanoseconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClockMeta {
+    /// True when `VK_KHR/EXT_calibrated_timestamps` aligned the GPU clock to the host clock.
+    pub calibrated: bool,
+    /// `VK_KHR_calibrated_timestamps`, `VK_EXT_calibrated_timestamps`, `fence-fallback`
+    /// (see TRACE_FORMAT.md), or `none` when no GPU timestamps were written.
+    pub method: String,
+    /// The calibration's maximum deviation in ns as reported by the driver.
+    #[serde(default)]
+    pub max_deviation_ns: Option<u64>,
+    /// GPU time (ns, ticks x period) minus host monotonic time (ns) at calibration.
+    #[serde(default)]
+    pub gpu_minus_host_ns: i64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ModelMeta {
+    /// Preset name (`tiny`, `smollm2`, ...) or the checkpoint directory's name.
+    pub name: String,
+    /// `qwen3` or `llama`.
+    pub architecture: String,
+    #[serde(default)]
+    pub parameters: u64,
+    #[serde(default)]
+    pub layers: u32,
+    #[serde(default)]
+    pub hidden: u32,
+    #[serde(default)]
+    pub heads: u32,
+    #[serde(default)]
+    pub kv_heads: u32,
+    #[serde(default)]
+    pub head_dim: u32,
+    #[serde(default)]
+    pub intermediate: u32,
+    #[serde(default)]
+    pub vocab: u32,
+    /// Element type of the matrix weights on the device (`f16`).
+    #[serde(default)]
+    pub weight_dtype: String,
+    /// Bytes of weights that one decode token must read (every matrix once, plus the embedding row).
+    #[serde(default)]
+    pub weight_bytes_per_token: u64,
+}
+
+/// The six execution knobs of DESIGN.md, as given on the command line (`--submit every:4`, ...).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Knobs {
+    /// Preset the knobs started from: `generic`, `fused`, or `custom` when a flag overrode one.
+    pub mode: String,
+    pub submit: String,
+    pub sync: String,
+    pub descriptors: String,
+    pub barriers: String,
+    pub kernels: String,
+    pub recording: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunMeta {
+    pub prompt: String,
+    pub prompt_tokens: u32,
+    /// Decode tokens asked for.
+    pub decode_tokens: u32,
+    /// Positions already in the KV cache before the prompt (a synthetic context), usually 0.
+    #[serde(default)]
+    pub context: u32,
+    /// `contiguous`, `paged:BLOCK`, ...
+    #[serde(default)]
+    pub kv_layout: String,
+    /// `off`, `token`, `region` or `dispatch`.
+    pub timestamps: String,
+    /// Generated token ids, in order (the prefill's token first).
+    #[serde(default)]
+    pub generated_ids: Vec<u32>,
+    #[serde(default)]
+    pub generated_text: String,
+}
+
+/// What a label does and what it costs, from the shapes alone.
+///
+/// For a decode step attending `kv_len` positions the op reads
+/// `bytes_read + bytes_read_per_kv * kv_len` bytes, writes `bytes_written + bytes_written_per_kv * kv_len`
+/// and performs `flops + flops_per_kv * kv_len` floating-point operations, each time it runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct OpInfo {
+    pub label: String,
+    /// Op family for colouring and grouping: `matvec`, `norm`, `rope`, `attention`, `kv`,
+    /// `elementwise`, `embed`, `argmax`, `copy`, `region`, `token`.
+    pub kind: String,
+    #[serde(default)]
+    pub bytes_read: u64,
+    #[serde(default)]
+    pub bytes_written: u64,
+    #[serde(default)]
+    pub flops: u64,
+    #[serde(default)]
+    pub bytes_read_per_kv: u64,
+    #[serde(default)]
+    pub bytes_written_per_kv: u64,
+    #[serde(default)]
+    pub flops_per_kv: u64,
+}
+
+impl OpInfo {
+    /// Bytes read plus bytes written for one run at `kv_len` cached positions.
+    pub fn bytes_at(&self, kv_len: u64) -> u64 {
+        self.bytes_read
+            + self.bytes_written
+            + (self.bytes_read_per_kv + self.bytes_written_per_kv) * kv_len
+    }
+    /// Floating-point operations for one run at `kv_len` cached positions.
+    pub fn flops_at(&self, kv_len: u64) -> u64 {
+        self.flops + self.flops_per_kv * kv_len
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Prefill,
+    #[default]
+    Decode,
+}
+
+/// One step: the prefill over the whole prompt, or one decode token.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TokenRecord {
+    /// 0-based index of the record in the trace.
+    pub index: u32,
+    pub phase: Phase,
+    /// Position of the first token this step processes.
+    pub position: u32,
+    /// Tokens processed in this step (the prompt length for prefill, 1 for decode).
+    pub n_tokens: u32,
+    /// Cached positions attended by the last token of this step (position + n_tokens).
+    pub kv_len: u32,
+    /// The token id this step produced.
+    #[serde(default)]
+    pub token_id: Option<u32>,
+    /// Host time the step started and its wall time, ns.
+    pub start_ns: u64,
+    pub wall_ns: u64,
+    /// Host time spent recording, binding and submitting (the step's wall time minus waits).
+    pub host_enqueue_ns: u64,
+    /// Host time spent blocked on fences.
+    #[serde(default)]
+    pub host_wait_ns: u64,
+    /// GPU busy time: the union of the step's GPU spans; `None` with timestamps `off`.
+    #[serde(default)]
+    pub gpu_busy_ns: Option<u64>,
+    pub counters: Counters,
+    #[serde(default)]
+    pub host_spans: Vec<HostSpan>,
+    #[serde(default)]
+    pub gpu_spans: Vec<GpuSpan>,
+}
+
+/// Exact per-step Vulkan API counters, counted where the decoder calls Vulkan.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(default)]
+pub struct Counters {
+    pub submits_compute: u64,
+    pub submits_transfer: u64,
+    pub command_buffers_begun: u64,
+    pub dispatches: u64,
+    pub transfer_commands: u64,
+    pub barrier_calls: u64,
+    pub memory_barriers: u64,
+    pub descriptor_sets_allocated: u64,
+    pub descriptor_writes: u64,
+    pub pipeline_binds: u64,
+    pub descriptor_set_binds: u64,
+    pub push_constant_updates: u64,
+    pub fence_waits: u64,
+    pub bytes_to_device: u64,
+    pub bytes_from_device: u64,
+    pub timestamp_writes: u64,
+}
+
+impl Counters {
+    /// Names of every counter, in the order [`Counters::values`] returns them; `submits` is the
+    /// sum of both queues.
+    pub const NAMES: [&'static str; 17] = [
+        "submits",
+        "submits_compute",
+        "submits_transfer",
+        "command_buffers_begun",
+        "dispatches",
+        "transfer_commands",
+        "barrier_calls",
+        "memory_barriers",
+        "descriptor_sets_allocated",
+        "descriptor_writes",
+        "pipeline_binds",
+        "descriptor_set_binds",
+        "push_constant_updates",
+        "fence_waits",
+        "bytes_to_device",
+        "bytes_from_device",
+        "timestamp_writes",
+    ];
+
+    pub fn submits(&self) -> u64 {
+        self.submits_compute + self.submits_transfer
+    }
+
+    /// Values in the order of [`Counters::NAMES`].
+    pub fn values(&self) -> [u64; 17] {
+        [
+            self.submits(),
+            self.submits_compute,
+            self.submits_transfer,
+            self.command_buffers_begun,
+            self.dispatches,
+            self.transfer_commands,
+            self.barrier_calls,
+            self.memory_barriers,
+            self.descriptor_sets_allocated,
+            self.descriptor_writes,
+            self.pipeline_binds,
+            self.descriptor_set_binds,
+            self.push_constant_updates,
+            self.fence_waits,
+            self.bytes_to_device,
+            self.bytes_from_device,
+            self.timestamp_writes,
+        ]
+    }
+
+    /// The value of the counter called `name` (see [`Counters::NAMES`]).
+    pub fn get(&self, name: &str) -> Option<u64> {
+        let i = Self::NAMES.iter().position(|n| *n == name)?;
+        Some(self.values()[i])
+    }
+
+    pub fn add(&mut self, o: &Counters) {
+        self.submits_compute += o.submits_compute;
+        self.submits_transfer += o.submits_transfer;
+        self.command_buffers_begun += o.command_buffers_begun;
+        self.dispatches += o.dispatches;
+        self.transfer_commands += o.transfer_commands;
+        self.barrier_calls += o.barrier_calls;
+        self.memory_barriers += o.memory_barriers;
+        self.descriptor_sets_allocated += o.descriptor_sets_allocated;
+        self.descriptor_writes += o.descriptor_writes;
+        self.pipeline_binds += o.pipeline_binds;
+        self.descriptor_set_binds += o.descriptor_set_binds;
+        self.push_constant_updates += o.push_constant_updates;
+        self.fence_waits += o.fence_waits;
+        self.bytes_to_device += o.bytes_to_device;
+        self.bytes_from_device += o.bytes_from_device;
+        self.timestamp_writes += o.timestamp_writes;
+    }
+}
+
+/// The fixed host span names (puffin scope names).
+pub const HOST_SPAN_NAMES: [&str; 7] = [
+    "token",
+    "record",
+    "descriptors",
+    "submit",
+    "wait",
+    "readback",
+    "sample",
+];
+
+/// A host span: `[name, start_ns, dur_ns, depth]`. `name` is one of [`HOST_SPAN_NAMES`];
+/// `depth` is 0 for `token`, 1 for its children, and so on.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostSpan(pub String, pub u64, pub u64, pub u32);
+
+impl HostSpan {
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+    pub fn start_ns(&self) -> u64 {
+        self.1
+    }
+    pub fn dur_ns(&self) -> u64 {
+        self.2
+    }
+    pub fn depth(&self) -> u32 {
+        self.3
+    }
+}
+
+/// A GPU span: `[op, start_ns, dur_ns, queue, submit]`. `op` indexes [`Trace::ops`]; `queue` is 0
+/// for the compute queue and 1 for the transfer queue; `submit` is the 0-based index, within its
+/// step, of the `submit` host span whose work contains this span (for flow arrows).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GpuSpan(pub u32, pub u64, pub u64, pub u8, pub u32);
+
+impl GpuSpan {
+    pub fn op(&self) -> u32 {
+        self.0
+    }
+    pub fn start_ns(&self) -> u64 {
+        self.1
+    }
+    pub fn dur_ns(&self) -> u64 {
+        self.2
+    }
+    pub fn queue(&self) -> u8 {
+        self.3
+    }
+    pub fn submit(&self) -> u32 {
+        self.4
+    }
+}
