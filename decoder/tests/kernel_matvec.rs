@@ -1,0 +1,58 @@
+//! matvec.comp (primitive, batched over tokens) against its CPU computation: odd row and column
+//! counts (both the f16-pair and the scalar column paths), row counts that are not multiples of
+//! ROWS, several tokens, several workgroup sizes.
+mod common;
+mod kernel_support;
+
+use decoder::exec::harness::Binding;
+use decoder::exec::kernels::{MatvecPush, matvec_cpu};
+use decoder::shaders::Shader;
+use kernel_support::{assert_close_scaled, f16_vec, launch, out_f32};
+
+#[test]
+fn matvec_odd_sizes() {
+    common::with_gpu(|gpu| {
+        // (rows, cols, n_tokens, WG, ROWS)
+        for (rows, cols, n_tokens, wg, rows_per_group) in [
+            (1, 1, 1, 32, 1),
+            (67, 129, 1, 64, 1),
+            (130, 256, 3, 128, 4),
+            (33, 1001, 2, 32, 3),
+            (5, 64, 4, 256, 8),
+            (97, 96, 1, 64, 2),
+        ] {
+            let w = f16_vec(rows * cols, (rows * cols) as u64, 1.0);
+            let x = common::rand_vec(n_tokens * cols, cols as u64 + 11);
+            let push = MatvecPush {
+                rows: rows as u32,
+                cols: cols as u32,
+                n_tokens: n_tokens as u32,
+                pad0: 0,
+            };
+            let out = launch(
+                gpu,
+                Shader::Matvec,
+                push.bytes(),
+                [(rows as u32).div_ceil(rows_per_group), n_tokens as u32, 1],
+                &[wg, rows_per_group],
+                &[
+                    Binding::input_f16(&w),
+                    Binding::input_f32(&x),
+                    Binding::output_f32(n_tokens * rows, f32::NAN),
+                ],
+            );
+            let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+            let magnitude = matvec_cpu(&abs(&w), &abs(&x), rows, cols);
+            // f16 weights are exact; f32 sums in another order: |diff| <= 1e-5 * sum |w x|.
+            assert_close_scaled(
+                &out_f32(&out, 2),
+                &matvec_cpu(&w, &x, rows, cols),
+                &magnitude,
+                1e-5,
+                &format!(
+                    "matvec rows={rows} cols={cols} tokens={n_tokens} wg={wg} ROWS={rows_per_group}"
+                ),
+            );
+        }
+    });
+}

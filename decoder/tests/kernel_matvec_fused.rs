@@ -1,0 +1,108 @@
+//! matvec_fused.comp against its CPU computation: every epilogue (store, residual, SwiGLU) with
+//! and without the folded RMSNorm; both load widths (cols % 8 == 0: 8 halves per load, cols % 8
+//! == 4: 4 halves); row counts that are not multiples of ROWS; workgroup sizes 32 to 256.
+mod common;
+mod kernel_support;
+
+use decoder::exec::harness::Binding;
+use decoder::exec::kernels::{
+    Epilogue, MatvecFusedPush, matvec_cpu, matvec_fused_cpu, rmsnorm_cpu,
+};
+use decoder::shaders::Shader;
+use kernel_support::{assert_close_scaled, f16_vec, launch, out_f32};
+
+#[test]
+fn matvec_fused_epilogues_norm_and_widths() {
+    common::with_gpu(|gpu| {
+        let eps = 1e-6;
+        // (rows, cols, WG, ROWS)
+        let shapes = [
+            (37, 132, 32, 1),
+            (70, 256, 64, 4),
+            (129, 520, 128, 2),
+            (5, 100, 256, 8),
+            (33, 1028, 64, 3),
+        ];
+        let mut case = 0u64;
+        for epilogue in [Epilogue::Store, Epilogue::Residual, Epilogue::SwiGlu] {
+            for norm in [false, true] {
+                for &(rows, cols, wg, rows_per_group) in &shapes {
+                    case += 1;
+                    let w_rows = if epilogue == Epilogue::SwiGlu {
+                        2 * rows
+                    } else {
+                        rows
+                    };
+                    let w = f16_vec(w_rows * cols, 10 * case, 1.0);
+                    let x: Vec<f32> = common::rand_vec(cols, 20 * case)
+                        .iter()
+                        .map(|v| 3.0 * v)
+                        .collect();
+                    let norm_w: Vec<f32> = common::rand_vec(cols, 30 * case)
+                        .iter()
+                        .map(|v| 1.0 + 0.5 * v)
+                        .collect();
+                    let y0 = common::rand_vec(rows, 40 * case);
+                    let push = MatvecFusedPush {
+                        rows: rows as u32,
+                        cols: cols as u32,
+                        eps,
+                        pad0: 0,
+                    };
+                    let out = launch(
+                        gpu,
+                        Shader::MatvecFused,
+                        push.bytes(),
+                        [(rows as u32).div_ceil(rows_per_group), 1, 1],
+                        &[wg, rows_per_group, norm as u32, epilogue.spec()],
+                        &[
+                            Binding::input_f16(&w),
+                            Binding::input_f32(&x),
+                            Binding::inout_f32(&y0),
+                            Binding::input_f32(&norm_w),
+                        ],
+                    );
+                    let mut want = y0.clone();
+                    matvec_fused_cpu(
+                        &w,
+                        &x,
+                        norm.then_some((norm_w.as_slice(), eps)),
+                        epilogue,
+                        &mut want,
+                    );
+                    // The scale of each result: sum |w f(x)| per weight row, times |up| for
+                    // SwiGLU's product, plus |y0| for the residual.
+                    let fx = if norm {
+                        rmsnorm_cpu(&x, &norm_w, cols, eps)
+                    } else {
+                        x.clone()
+                    };
+                    let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+                    let mag_rows = matvec_cpu(&abs(&w), &abs(&fx), w_rows, cols);
+                    let acc = matvec_cpu(&w, &fx, w_rows, cols);
+                    let magnitude: Vec<f32> = (0..rows)
+                        .map(|r| match epilogue {
+                            Epilogue::Store => mag_rows[r],
+                            Epilogue::Residual => mag_rows[r] + y0[r].abs(),
+                            Epilogue::SwiGlu => {
+                                mag_rows[r] * acc[r + rows].abs().max(1.0)
+                                    + mag_rows[r + rows] * acc[r].abs()
+                            }
+                        })
+                        .collect();
+                    // f16 weights exact; f32 sums in another order (and the norm's scale):
+                    // |diff| <= 2e-5 * magnitude.
+                    assert_close_scaled(
+                        &out_f32(&out, 2),
+                        &want,
+                        &magnitude,
+                        2e-5,
+                        &format!(
+                            "matvec_fused {epilogue:?} norm={norm} rows={rows} cols={cols} wg={wg} ROWS={rows_per_group}"
+                        ),
+                    );
+                }
+            }
+        }
+    });
+}
