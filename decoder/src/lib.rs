@@ -6,6 +6,7 @@
 //! - [`cli`]: the `decoder` command line.
 
 pub mod cli;
+pub mod generate;
 pub mod gguf;
 pub mod model;
 pub mod vk;

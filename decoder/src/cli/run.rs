@@ -1,8 +1,169 @@
-//! `decoder run` (being written).
+//! `decoder run`: generate text from a prompt with one backend, print it as it is generated,
+//! then a one-line summary.
+//!
+//! The argument groups ([`ModelArgs`], [`PromptArgs`], [`GenerationArgs`]) and the helpers
+//! ([`load_model`], [`prompt_ids`], [`run_generation`]) are shared with the other commands that
+//! generate (the Vulkan backends and `capture` reuse them).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::generate::{Backend, GenerateOptions, Generation, generate, write_dump};
+use crate::model::{DEFAULT_MODEL, Model, resolve_model};
+
+/// Which decoder runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// The scalar f32 CPU reference.
+    Cpu,
+    /// The Vulkan decoder.
+    Vulkan,
+}
+
+/// The model to load.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// A Hugging Face checkpoint directory, or a model name: tiny, tiny-llama, qwen3-0.6b,
+    /// llama-1b (generated into the cache on first use) or smollm2 (imported by setup).
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: String,
+}
+
+/// The prompt.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PromptArgs {
+    /// The prompt text.
+    #[arg(long, default_value = "Once upon a time")]
+    pub prompt: String,
+    /// Wrap the prompt in the checkpoint's chat template (from tokenizer_config.json).
+    #[arg(long)]
+    pub chat: bool,
+}
+
+/// How many tokens to generate and how to choose them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GenerationArgs {
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// 0 is greedy; above 0 samples from softmax(logits / temperature).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling: keep the most likely tokens up to this total probability.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Keep generating past the end-of-sequence token.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Write the logits of every step (`logits`, F32 [steps, vocab]) and the generated ids
+    /// (`ids`, I64) to this safetensors file.
+    #[arg(long, value_name = "FILE")]
+    pub dump: Option<PathBuf>,
+}
+
+impl GenerationArgs {
+    pub fn options(&self) -> GenerateOptions {
+        GenerateOptions {
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            seed: self.seed,
+            ignore_eos: self.ignore_eos,
+            dump_logits: self.dump.is_some(),
+        }
+    }
+}
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The decoder to run.
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    pub backend: BackendKind,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    #[command(flatten)]
+    pub generation: GenerationArgs,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`decoder run` is not written yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.generation.options().validate()?;
+    let model = load_model(&args.model.model)?;
+    let ids = prompt_ids(&model, &args.prompt)?;
+    match args.backend {
+        BackendKind::Cpu => {
+            let max_seq = ids.len() + args.generation.max_tokens;
+            let mut backend = model
+                .reference(max_seq)
+                .context("cannot set up the CPU reference")?;
+            run_generation(&mut backend, &model, &ids, &args.generation)?;
+        }
+        BackendKind::Vulkan => {
+            anyhow::bail!("the Vulkan backend is not built yet; use --backend cpu")
+        }
+    }
+    Ok(())
+}
+
+/// Resolves `--model` (directory or name) and loads it.
+pub fn load_model(spec: &str) -> anyhow::Result<Model> {
+    let dir = resolve_model(spec).with_context(|| format!("cannot find the model '{spec}'"))?;
+    Model::load(&dir).with_context(|| format!("cannot load the model in {}", dir.display()))
+}
+
+/// The prompt's token ids, through the chat template with `--chat`.
+pub fn prompt_ids(model: &Model, prompt: &PromptArgs) -> anyhow::Result<Vec<u32>> {
+    let ids = model
+        .tokenizer
+        .encode_prompt(&prompt.prompt, prompt.chat)
+        .context("cannot tokenize the prompt")?;
+    anyhow::ensure!(
+        !ids.is_empty(),
+        "the prompt encodes to no tokens; give a non-empty --prompt"
+    );
+    Ok(ids)
+}
+
+/// Generates with `backend`, printing text to stdout as it arrives and the summary line to
+/// stderr, and writes `--dump` when asked.
+pub fn run_generation(
+    backend: &mut dyn Backend,
+    model: &Model,
+    prompt_ids: &[u32],
+    args: &GenerationArgs,
+) -> anyhow::Result<Generation> {
+    let opts = args.options();
+    let mut stdout = std::io::stdout().lock();
+    let mut write_error: Option<std::io::Error> = None;
+    let generation = generate(backend, &model.tokenizer, prompt_ids, &opts, &mut |text| {
+        if write_error.is_none()
+            && let Err(e) = stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+        {
+            write_error = Some(e);
+        }
+    })?;
+    if let Some(e) = write_error {
+        return Err(e).context("cannot write the generated text to stdout");
+    }
+    writeln!(stdout).context("cannot write to stdout")?;
+    drop(stdout);
+    eprintln!("{}", generation.summary());
+    if let Some(path) = &args.dump {
+        write_dump(path, &generation)
+            .with_context(|| format!("cannot write the dump {}", path.display()))?;
+        eprintln!(
+            "wrote {} steps of logits to {}",
+            generation.ids.len(),
+            path.display()
+        );
+    }
+    Ok(generation)
 }

@@ -1,0 +1,339 @@
+//! Checkpoint weights as f32 host tensors, in a struct tree that mirrors the Hugging Face names
+//! (`model.layers.{i}.self_attn.q_proj.weight` is `weights.layers[i].q_proj`).
+//!
+//! Every tensor is looked up by its Hugging Face name in `model.safetensors` or, through
+//! `model.safetensors.index.json`, in its shard; its shape is checked against the config.
+//! Projection weights keep the Hugging Face layout `[out, in]`, row-major.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::config::ModelConfig;
+use super::error::ModelError;
+use super::safetensors_io::SafetensorsFile;
+
+pub const SINGLE_FILE: &str = "model.safetensors";
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// One f32 tensor, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    /// The Hugging Face name, e.g. `model.layers.0.mlp.up_proj.weight`.
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl Tensor {
+    pub fn new(name: impl Into<String>, shape: &[usize], data: Vec<f32>) -> Self {
+        Self {
+            name: name.into(),
+            shape: shape.to_vec(),
+            data,
+        }
+    }
+
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Row `i` of a 2-D tensor.
+    pub fn row(&self, i: usize) -> &[f32] {
+        let cols = self.shape.last().copied().unwrap_or(0);
+        &self.data[i * cols..(i + 1) * cols]
+    }
+}
+
+/// The weights of one decoder layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerWeights {
+    /// `input_layernorm.weight`: (hidden)
+    pub input_layernorm: Tensor,
+    /// `self_attn.q_proj.weight`: (heads * head_dim, hidden)
+    pub q_proj: Tensor,
+    /// `self_attn.k_proj.weight`: (kv_heads * head_dim, hidden)
+    pub k_proj: Tensor,
+    /// `self_attn.v_proj.weight`: (kv_heads * head_dim, hidden)
+    pub v_proj: Tensor,
+    /// `self_attn.o_proj.weight`: (hidden, heads * head_dim)
+    pub o_proj: Tensor,
+    /// `self_attn.q_norm.weight`: (head_dim), Qwen3 only
+    pub q_norm: Option<Tensor>,
+    /// `self_attn.k_norm.weight`: (head_dim), Qwen3 only
+    pub k_norm: Option<Tensor>,
+    /// `post_attention_layernorm.weight`: (hidden)
+    pub post_attention_layernorm: Tensor,
+    /// `mlp.gate_proj.weight`: (intermediate, hidden)
+    pub gate_proj: Tensor,
+    /// `mlp.up_proj.weight`: (intermediate, hidden)
+    pub up_proj: Tensor,
+    /// `mlp.down_proj.weight`: (hidden, intermediate)
+    pub down_proj: Tensor,
+}
+
+/// All weights of a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Weights {
+    /// `model.embed_tokens.weight`: (vocab, hidden)
+    pub embed_tokens: Tensor,
+    pub layers: Vec<LayerWeights>,
+    /// `model.norm.weight`: (hidden)
+    pub norm: Tensor,
+    /// `lm_head.weight`: (vocab, hidden); `None` when tied to `embed_tokens`.
+    pub lm_head: Option<Tensor>,
+}
+
+/// Hugging Face tensor names and their shapes for a config, in checkpoint order.
+pub fn tensor_names_and_shapes(config: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, q, kv, i, d) = (
+        config.hidden,
+        config.q_dim(),
+        config.kv_dim(),
+        config.intermediate,
+        config.head_dim,
+    );
+    let mut out = vec![(
+        "model.embed_tokens.weight".to_string(),
+        vec![config.vocab, h],
+    )];
+    for l in 0..config.layers {
+        let p = format!("model.layers.{l}");
+        out.push((format!("{p}.input_layernorm.weight"), vec![h]));
+        out.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
+        out.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
+        out.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
+        out.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+        if config.qk_norm {
+            out.push((format!("{p}.self_attn.q_norm.weight"), vec![d]));
+            out.push((format!("{p}.self_attn.k_norm.weight"), vec![d]));
+        }
+        out.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
+        out.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h]));
+        out.push((format!("{p}.mlp.up_proj.weight"), vec![i, h]));
+        out.push((format!("{p}.mlp.down_proj.weight"), vec![h, i]));
+    }
+    out.push(("model.norm.weight".to_string(), vec![h]));
+    if !config.tie_word_embeddings {
+        out.push(("lm_head.weight".to_string(), vec![config.vocab, h]));
+    }
+    out
+}
+
+impl Weights {
+    /// Loads every tensor the config calls for from `dir`.
+    pub fn load(dir: &Path, config: &ModelConfig) -> Result<Self, ModelError> {
+        let checkpoint = Checkpoint::open(dir)?;
+        checkpoint.reject_biases()?;
+        let mut by_name: HashMap<String, Tensor> = HashMap::new();
+        for (name, shape) in tensor_names_and_shapes(config) {
+            let tensor = checkpoint.read(&name, &shape)?;
+            by_name.insert(name, tensor);
+        }
+        let mut take = |name: &str| {
+            by_name
+                .remove(name)
+                .ok_or_else(|| ModelError::MissingTensor {
+                    name: name.to_string(),
+                    path: checkpoint.describe(),
+                })
+        };
+        let embed_tokens = take("model.embed_tokens.weight")?;
+        let mut layers = Vec::with_capacity(config.layers);
+        for l in 0..config.layers {
+            let p = format!("model.layers.{l}");
+            layers.push(LayerWeights {
+                input_layernorm: take(&format!("{p}.input_layernorm.weight"))?,
+                q_proj: take(&format!("{p}.self_attn.q_proj.weight"))?,
+                k_proj: take(&format!("{p}.self_attn.k_proj.weight"))?,
+                v_proj: take(&format!("{p}.self_attn.v_proj.weight"))?,
+                o_proj: take(&format!("{p}.self_attn.o_proj.weight"))?,
+                q_norm: if config.qk_norm {
+                    Some(take(&format!("{p}.self_attn.q_norm.weight"))?)
+                } else {
+                    None
+                },
+                k_norm: if config.qk_norm {
+                    Some(take(&format!("{p}.self_attn.k_norm.weight"))?)
+                } else {
+                    None
+                },
+                post_attention_layernorm: take(&format!("{p}.post_attention_layernorm.weight"))?,
+                gate_proj: take(&format!("{p}.mlp.gate_proj.weight"))?,
+                up_proj: take(&format!("{p}.mlp.up_proj.weight"))?,
+                down_proj: take(&format!("{p}.mlp.down_proj.weight"))?,
+            });
+        }
+        let norm = take("model.norm.weight")?;
+        let lm_head = if config.tie_word_embeddings {
+            None
+        } else {
+            Some(take("lm_head.weight")?)
+        };
+        Ok(Self {
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+        })
+    }
+
+    /// The output projection: `lm_head`, or the embedding when tied.
+    pub fn lm_head(&self) -> &Tensor {
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
+    }
+
+    /// Every tensor, in checkpoint order (the tied lm_head is not repeated).
+    pub fn tensors(&self) -> Vec<&Tensor> {
+        let mut out = vec![&self.embed_tokens];
+        for l in &self.layers {
+            out.extend([
+                &l.input_layernorm,
+                &l.q_proj,
+                &l.k_proj,
+                &l.v_proj,
+                &l.o_proj,
+            ]);
+            out.extend(l.q_norm.iter());
+            out.extend(l.k_norm.iter());
+            out.extend([
+                &l.post_attention_layernorm,
+                &l.gate_proj,
+                &l.up_proj,
+                &l.down_proj,
+            ]);
+        }
+        out.push(&self.norm);
+        out.extend(self.lm_head.iter());
+        out
+    }
+
+    /// Number of parameters, the tied embedding counted once.
+    pub fn parameter_count(&self) -> u64 {
+        self.tensors().iter().map(|t| t.elements() as u64).sum()
+    }
+}
+
+/// `model.safetensors.index.json`.
+#[derive(Debug, Deserialize)]
+struct ShardIndex {
+    weight_map: HashMap<String, String>,
+}
+
+/// The safetensors files of a checkpoint directory and where each tensor lives.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// The index file when sharded, else the single file.
+    source: PathBuf,
+    files: Vec<SafetensorsFile>,
+    /// Tensor name -> index into `files`.
+    location: HashMap<String, usize>,
+}
+
+impl Checkpoint {
+    /// Opens `dir/model.safetensors.index.json` and its shards, or `dir/model.safetensors`.
+    pub fn open(dir: &Path) -> Result<Self, ModelError> {
+        let index_path = dir.join(INDEX_FILE);
+        let single_path = dir.join(SINGLE_FILE);
+        if index_path.is_file() {
+            let text =
+                std::fs::read_to_string(&index_path).map_err(|e| ModelError::io(&index_path, e))?;
+            let index: ShardIndex =
+                serde_json::from_str(&text).map_err(|source| ModelError::Json {
+                    path: index_path.clone(),
+                    source,
+                })?;
+            let mut shard_names: Vec<&String> = index.weight_map.values().collect();
+            shard_names.sort();
+            shard_names.dedup();
+            let mut files = Vec::new();
+            let mut shard_of = HashMap::new();
+            for shard in shard_names {
+                if shard.contains('/') || shard.contains('\\') || shard.starts_with('.') {
+                    return Err(ModelError::InvalidConfig {
+                        path: index_path.clone(),
+                        field: "weight_map".into(),
+                        value: shard.clone(),
+                        reason: "shards must be plain file names in the checkpoint directory"
+                            .into(),
+                    });
+                }
+                shard_of.insert(shard.clone(), files.len());
+                files.push(SafetensorsFile::open(&dir.join(shard))?);
+            }
+            let mut location = HashMap::new();
+            for (name, shard) in &index.weight_map {
+                if let Some(&i) = shard_of.get(shard) {
+                    location.insert(name.clone(), i);
+                }
+            }
+            Ok(Self {
+                source: index_path,
+                files,
+                location,
+            })
+        } else if single_path.is_file() {
+            let file = SafetensorsFile::open(&single_path)?;
+            let location = file.names().into_iter().map(|n| (n, 0)).collect();
+            Ok(Self {
+                source: single_path,
+                files: vec![file],
+                location,
+            })
+        } else {
+            Err(ModelError::MissingFile {
+                path: single_path,
+                hint: format!(
+                    "a checkpoint directory needs {SINGLE_FILE} or {INDEX_FILE} with its shards"
+                ),
+            })
+        }
+    }
+
+    /// The file a missing tensor should have been in.
+    pub fn describe(&self) -> PathBuf {
+        self.source.clone()
+    }
+
+    /// Every tensor name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.location.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Reads tensor `name` as f32 with its shape checked.
+    pub fn read(&self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
+        let file = self
+            .location
+            .get(name)
+            .and_then(|&i| self.files.get(i))
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: name.to_string(),
+                path: self.source.clone(),
+            })?;
+        let data = file.read_f32(name, shape)?;
+        Ok(Tensor::new(name, shape, data))
+    }
+
+    /// Biases are not part of either architecture as implemented; a checkpoint with one is
+    /// rejected rather than silently computed without it.
+    fn reject_biases(&self) -> Result<(), ModelError> {
+        for name in self.names() {
+            if name.ends_with(".bias") {
+                let path = self
+                    .location
+                    .get(&name)
+                    .and_then(|&i| self.files.get(i))
+                    .map_or_else(|| self.source.clone(), |f| f.path().to_path_buf());
+                return Err(ModelError::UnsupportedTensor {
+                    name,
+                    path,
+                    hint: "projection biases are not implemented".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
