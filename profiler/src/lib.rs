@@ -1,1 +1,57 @@
+//! decodescope's profiler: the trace format, per-token statistics, A/B diffs with CI gates, and
+//! Chrome/Perfetto export. No GPU and no GUI dependencies; the decoder writes traces with
+//! [`write_trace`], the viewer and the `profiler` binary read them with [`read_trace`].
+//!
+//! ```no_run
+//! use std::path::Path;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let a = profiler::read_trace(Path::new("generic.json"))?;
+//! let b = profiler::read_trace(Path::new("fused.json"))?;
+//! let stats = profiler::compute_stats(&a, "generic.json", &profiler::StatsOptions::default());
+//! print!("{}", profiler::render_stats(&stats, profiler::Format::Human));
+//! let diff = profiler::compute_diff(&a, "generic.json", &b, "fused.json", &Default::default());
+//! let gates = profiler::load_gates(Path::new("gates.toml"))?;
+//! let report = profiler::evaluate_gates(&gates, &diff);
+//! print!("{}", profiler::render_diff(&diff, Some(&report), profiler::Format::Markdown));
+//! std::process::exit(if report.failed() { 1 } else { 0 });
+//! # }
+//! ```
+//!
+//! The file format is documented in `profiler/TRACE_FORMAT.md`, the gate file in
+//! `profiler/gates.example.toml` and the [`gates`] module.
+
+pub mod bootstrap;
+pub mod diff;
+pub mod export;
+pub mod gates;
+pub mod io;
+pub mod report;
+mod rng;
+pub mod stats;
+pub mod synth;
 pub mod trace;
+
+pub use bootstrap::{MedianDiffCi, median_difference_ci};
+pub use diff::{
+    Change, CounterDiff, Diff, DiffOptions, Mismatch, OpDiff, PerToken, PhaseDiff, TimingDiff,
+    TokenComparison, compute_diff,
+};
+pub use export::{ChromeTrace, ExportError, chrome_trace, export_chrome};
+pub use gates::{
+    Capture, Direction, Gate, GateError, GateFile, GateReport, GateResult, Severity, Status,
+    evaluate_gates, load_gates, parse_gates,
+};
+pub use io::{
+    TraceError, from_reader, from_slice, from_slice_named, read_trace, to_vec, to_writer, validate,
+    write_trace,
+};
+pub use report::{Format, fmt_value, render_diff, render_stats};
+pub use stats::{
+    CaptureInfo, DEFAULT_SKIP, MetricStats, OpRow, PhaseStats, Statistic, StatsOptions, Summary,
+    TIME_METRICS, TraceStats, compute_stats, fold_label,
+};
+pub use synth::{SynthKernels, SynthOptions, SynthSubmit, SynthTimestamps, synthetic_trace};
+pub use trace::{
+    ClockMeta, Counters, DeviceMeta, FORMAT_NAME, FORMAT_VERSION, GpuSpan, HOST_SPAN_NAMES,
+    HostSpan, Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace,
+};

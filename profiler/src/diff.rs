@@ -1,0 +1,530 @@
+//! A against B: every metric of two traces in one table.
+//!
+//! Counters are exact, so they compare exactly: medians, their delta, and whether every analysed
+//! token has the same value in both captures. Timings are noisy, so their per-token samples compare
+//! through a bootstrap confidence interval of the median difference (deterministic seed): a change
+//! whose interval contains zero is reported as noise. Ops are matched by (folded) label. A
+//! comparability check lists every identity field that differs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bootstrap::{MedianDiffCi, median_difference_ci, metric_seed};
+use crate::stats::{
+    CaptureInfo, OpRow, StatsOptions, Summary, TIME_METRICS, effective_skip, op_rows, phase_samples,
+};
+use crate::trace::{Counters, Phase, Trace};
+
+/// Fewer samples than this on either side give no confidence interval (a bootstrap of two or
+/// three values says nothing); the change is then reported as unavailable and gates use the
+/// point estimate.
+pub const MIN_CI_SAMPLES: usize = 5;
+
+/// Options of [`compute_diff`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiffOptions {
+    pub stats: StatsOptions,
+    /// Bootstrap resamples per timing metric.
+    pub resamples: usize,
+    /// Confidence level of the intervals (0.95).
+    pub confidence: f64,
+    /// Seed of the bootstrap; the same seed gives the same intervals.
+    pub seed: u64,
+    /// Comparability fields (or prefixes such as `knobs`) whose mismatch is expected.
+    pub ignore: Vec<String>,
+}
+
+impl Default for DiffOptions {
+    fn default() -> Self {
+        DiffOptions {
+            stats: StatsOptions::default(),
+            resamples: 2_000,
+            confidence: 0.95,
+            seed: 0x00de_c0de,
+            ignore: Vec::new(),
+        }
+    }
+}
+
+/// How B compares with A.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Counters: equal. Timings: the interval contains zero (noise).
+    Same,
+    Increase,
+    Decrease,
+    /// One side has no samples.
+    Unavailable,
+}
+
+/// One identity field that differs between A and B.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mismatch {
+    /// Dotted field name (`model.name`, `knobs.submit`, `run.decode_tokens`, ...).
+    pub field: String,
+    pub a: String,
+    pub b: String,
+    /// Whether the caller declared this mismatch expected (`--ignore`).
+    pub ignored: bool,
+}
+
+/// Whether the generated token ids are identical.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenComparison {
+    pub identical: bool,
+    pub a_count: usize,
+    pub b_count: usize,
+    /// Index of the first differing id (or the shorter length when one is a prefix of the other).
+    pub first_difference: Option<usize>,
+}
+
+/// Whether a counter matches token by token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum PerToken {
+    /// Every analysed token has the same value in A and B.
+    Identical,
+    /// `tokens` of `of` analysed tokens differ; `first` is the first (0-based among them).
+    Differs {
+        tokens: usize,
+        of: usize,
+        first: usize,
+    },
+    /// The captures analyse different numbers of tokens, so tokens cannot be paired.
+    Unpaired { a: usize, b: usize },
+}
+
+/// One counter, A against B.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CounterDiff {
+    pub name: String,
+    pub unit: String,
+    pub a: Summary,
+    pub b: Summary,
+    /// `median(B) - median(A)`.
+    pub delta: f64,
+    /// `delta / median(A)`; `None` when A's median is 0.
+    pub rel: Option<f64>,
+    pub change: Change,
+    pub per_token: PerToken,
+}
+
+/// One timing, A against B.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimingDiff {
+    pub name: String,
+    pub unit: String,
+    pub a: Summary,
+    pub b: Summary,
+    pub delta: f64,
+    pub rel: Option<f64>,
+    /// Bootstrap interval of `median(B) - median(A)`.
+    pub ci: Option<MedianDiffCi>,
+    pub change: Change,
+}
+
+/// One phase, A against B.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseDiff {
+    pub phase: Phase,
+    pub a_steps: usize,
+    pub b_steps: usize,
+    pub counters: Vec<CounterDiff>,
+    pub timings: Vec<TimingDiff>,
+}
+
+impl PhaseDiff {
+    pub fn counter(&self, name: &str) -> Option<&CounterDiff> {
+        self.counters.iter().find(|c| c.name == name)
+    }
+    pub fn timing(&self, name: &str) -> Option<&TimingDiff> {
+        self.timings.iter().find(|c| c.name == name)
+    }
+}
+
+/// One op label, A against B (decode tokens).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpDiff {
+    pub label: String,
+    pub kind: String,
+    pub a: Option<OpRow>,
+    pub b: Option<OpRow>,
+    /// Interval of the per-token GPU us median difference, when both sides ran the op.
+    pub ci: Option<MedianDiffCi>,
+    pub change: Change,
+}
+
+/// Two traces compared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Diff {
+    pub a: CaptureInfo,
+    pub b: CaptureInfo,
+    pub skip_a: usize,
+    pub skip_b: usize,
+    pub comparability: Vec<Mismatch>,
+    pub tokens: TokenComparison,
+    /// Prefill (when both have one), then decode.
+    pub phases: Vec<PhaseDiff>,
+    pub ops: Vec<OpDiff>,
+    pub regions: Vec<OpDiff>,
+    pub folded_labels: bool,
+    pub confidence: f64,
+    pub resamples: usize,
+}
+
+impl Diff {
+    pub fn phase(&self, phase: Phase) -> Option<&PhaseDiff> {
+        self.phases.iter().find(|p| p.phase == phase)
+    }
+
+    /// Mismatches not declared expected: with `--strict` these make the diff an error.
+    pub fn blocking_mismatches(&self) -> impl Iterator<Item = &Mismatch> {
+        self.comparability.iter().filter(|m| !m.ignored)
+    }
+
+    /// Whether every counter of every phase matches token by token.
+    pub fn counters_identical(&self) -> bool {
+        self.phases.iter().all(|p| {
+            p.counters
+                .iter()
+                .all(|c| matches!(c.per_token, PerToken::Identical))
+        })
+    }
+}
+
+fn comparability(a: &Trace, b: &Trace, ignore: &[String]) -> Vec<Mismatch> {
+    let (ma, mb) = (&a.meta, &b.meta);
+    let fields: Vec<(&str, String, String)> = vec![
+        ("model.name", ma.model.name.clone(), mb.model.name.clone()),
+        (
+            "model.architecture",
+            ma.model.architecture.clone(),
+            mb.model.architecture.clone(),
+        ),
+        ("model.shape", shape(&ma.model), shape(&mb.model)),
+        (
+            "model.weight_dtype",
+            ma.model.weight_dtype.clone(),
+            mb.model.weight_dtype.clone(),
+        ),
+        (
+            "device.name",
+            ma.device.name.clone(),
+            mb.device.name.clone(),
+        ),
+        ("knobs.mode", ma.knobs.mode.clone(), mb.knobs.mode.clone()),
+        (
+            "knobs.submit",
+            ma.knobs.submit.clone(),
+            mb.knobs.submit.clone(),
+        ),
+        ("knobs.sync", ma.knobs.sync.clone(), mb.knobs.sync.clone()),
+        (
+            "knobs.descriptors",
+            ma.knobs.descriptors.clone(),
+            mb.knobs.descriptors.clone(),
+        ),
+        (
+            "knobs.barriers",
+            ma.knobs.barriers.clone(),
+            mb.knobs.barriers.clone(),
+        ),
+        (
+            "knobs.kernels",
+            ma.knobs.kernels.clone(),
+            mb.knobs.kernels.clone(),
+        ),
+        (
+            "knobs.recording",
+            ma.knobs.recording.clone(),
+            mb.knobs.recording.clone(),
+        ),
+        ("run.prompt", ma.run.prompt.clone(), mb.run.prompt.clone()),
+        (
+            "run.prompt_tokens",
+            ma.run.prompt_tokens.to_string(),
+            mb.run.prompt_tokens.to_string(),
+        ),
+        (
+            "run.decode_tokens",
+            ma.run.decode_tokens.to_string(),
+            mb.run.decode_tokens.to_string(),
+        ),
+        (
+            "run.context",
+            ma.run.context.to_string(),
+            mb.run.context.to_string(),
+        ),
+        (
+            "run.kv_layout",
+            ma.run.kv_layout.clone(),
+            mb.run.kv_layout.clone(),
+        ),
+        (
+            "run.timestamps",
+            ma.run.timestamps.clone(),
+            mb.run.timestamps.clone(),
+        ),
+    ];
+    fields
+        .into_iter()
+        .filter(|(_, x, y)| x != y)
+        .map(|(field, a, b)| Mismatch {
+            ignored: ignore.iter().any(|i| {
+                field == i || (field.starts_with(i.as_str()) && field[i.len()..].starts_with('.'))
+            }),
+            field: field.to_owned(),
+            a,
+            b,
+        })
+        .collect()
+}
+
+fn shape(m: &crate::trace::ModelMeta) -> String {
+    format!(
+        "layers={} hidden={} heads={} kv_heads={} head_dim={} intermediate={} vocab={}",
+        m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.intermediate, m.vocab
+    )
+}
+
+fn compare_tokens(a: &[u32], b: &[u32]) -> TokenComparison {
+    let first_difference = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or((a.len() != b.len()).then(|| a.len().min(b.len())));
+    TokenComparison {
+        identical: first_difference.is_none(),
+        a_count: a.len(),
+        b_count: b.len(),
+        first_difference,
+    }
+}
+
+/// `meta.run.generated_ids`, or the steps' `token_id`s when the writer left the list empty.
+fn generated_ids(t: &Trace) -> Vec<u32> {
+    if t.meta.run.generated_ids.is_empty() {
+        t.tokens.iter().filter_map(|r| r.token_id).collect()
+    } else {
+        t.meta.run.generated_ids.clone()
+    }
+}
+
+fn rel(delta: f64, base: f64) -> Option<f64> {
+    (base != 0.0).then(|| delta / base.abs())
+}
+
+fn sorted(v: &[f64]) -> Vec<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s
+}
+
+fn change_of_ci(ci: &Option<MedianDiffCi>) -> Change {
+    match ci {
+        None => Change::Unavailable,
+        Some(c) if c.low > 0.0 => Change::Increase,
+        Some(c) if c.high < 0.0 => Change::Decrease,
+        Some(_) => Change::Same,
+    }
+}
+
+fn phase_diff(
+    a: &Trace,
+    b: &Trace,
+    phase: Phase,
+    skips: (usize, usize),
+    o: &DiffOptions,
+) -> PhaseDiff {
+    let sa = phase_samples(a, phase, skips.0);
+    let sb = phase_samples(b, phase, skips.1);
+    let mut counters = Vec::new();
+    for (c, name) in Counters::NAMES.iter().enumerate() {
+        let (va, vb) = (&sa.counters[c], &sb.counters[c]);
+        let fa: Vec<f64> = va.iter().map(|&x| x as f64).collect();
+        let fb: Vec<f64> = vb.iter().map(|&x| x as f64).collect();
+        let (sum_a, sum_b) = (Summary::of(&fa), Summary::of(&fb));
+        let delta = sum_b.median - sum_a.median;
+        let per_token = if va.len() != vb.len() {
+            PerToken::Unpaired {
+                a: va.len(),
+                b: vb.len(),
+            }
+        } else {
+            let differing: Vec<usize> = va
+                .iter()
+                .zip(vb)
+                .enumerate()
+                .filter(|(_, (x, y))| x != y)
+                .map(|(i, _)| i)
+                .collect();
+            match differing.first() {
+                None => PerToken::Identical,
+                Some(&first) => PerToken::Differs {
+                    tokens: differing.len(),
+                    of: va.len(),
+                    first,
+                },
+            }
+        };
+        let change = if va.is_empty() || vb.is_empty() {
+            Change::Unavailable
+        } else if delta > 0.0 {
+            Change::Increase
+        } else if delta < 0.0 {
+            Change::Decrease
+        } else {
+            Change::Same
+        };
+        counters.push(CounterDiff {
+            name: (*name).to_owned(),
+            unit: if name.starts_with("bytes_") {
+                "bytes".to_owned()
+            } else {
+                "count".to_owned()
+            },
+            a: sum_a,
+            b: sum_b,
+            delta,
+            rel: rel(delta, sum_a.median),
+            change,
+            per_token,
+        });
+    }
+    let mut timings = Vec::new();
+    for (m, name) in TIME_METRICS.iter().enumerate() {
+        let (va, vb) = (sorted(&sa.times[m]), sorted(&sb.times[m]));
+        if va.is_empty() && vb.is_empty() {
+            continue;
+        }
+        let (sum_a, sum_b) = (Summary::of_sorted(&va), Summary::of_sorted(&vb));
+        let seed = metric_seed(o.seed, &format!("{phase:?}.{name}"));
+        let ci = if va.len().min(vb.len()) >= MIN_CI_SAMPLES {
+            median_difference_ci(&va, &vb, o.resamples, o.confidence, seed)
+        } else {
+            None
+        };
+        let delta = sum_b.median - sum_a.median;
+        timings.push(TimingDiff {
+            name: (*name).to_owned(),
+            unit: "us".to_owned(),
+            a: sum_a,
+            b: sum_b,
+            delta,
+            rel: rel(delta, sum_a.median),
+            change: change_of_ci(&ci),
+            ci,
+        });
+    }
+    PhaseDiff {
+        phase,
+        a_steps: sa.steps.len(),
+        b_steps: sb.steps.len(),
+        counters,
+        timings,
+    }
+}
+
+fn match_ops(a: Vec<OpRow>, b: Vec<OpRow>, o: &DiffOptions) -> Vec<OpDiff> {
+    let mut b: Vec<Option<OpRow>> = b.into_iter().map(Some).collect();
+    let mut out = Vec::new();
+    let diff_of = |label: String, kind: String, a: Option<OpRow>, b: Option<OpRow>| {
+        let ci = match (&a, &b) {
+            (Some(x), Some(y))
+                if x.gpu_us_samples.len().min(y.gpu_us_samples.len()) >= MIN_CI_SAMPLES =>
+            {
+                median_difference_ci(
+                    &sorted(&x.gpu_us_samples),
+                    &sorted(&y.gpu_us_samples),
+                    o.resamples,
+                    o.confidence,
+                    metric_seed(o.seed, &format!("op.{label}")),
+                )
+            }
+            _ => None,
+        };
+        OpDiff {
+            change: change_of_ci(&ci),
+            ci,
+            label,
+            kind,
+            a,
+            b,
+        }
+    };
+    for row in a {
+        let matched = b
+            .iter_mut()
+            .find(|r| r.as_ref().is_some_and(|r| r.label == row.label))
+            .and_then(Option::take);
+        out.push(diff_of(
+            row.label.clone(),
+            row.kind.clone(),
+            Some(row),
+            matched,
+        ));
+    }
+    for row in b.into_iter().flatten() {
+        out.push(diff_of(
+            row.label.clone(),
+            row.kind.clone(),
+            None,
+            Some(row),
+        ));
+    }
+    out
+}
+
+/// Compares trace `a` (the baseline) with trace `b`; `a_source` and `b_source` name them.
+pub fn compute_diff(a: &Trace, a_source: &str, b: &Trace, b_source: &str, o: &DiffOptions) -> Diff {
+    let decode_steps = |t: &Trace| t.tokens.iter().filter(|r| r.phase == Phase::Decode).count();
+    let skips = (
+        effective_skip(o.stats.skip, decode_steps(a)),
+        effective_skip(o.stats.skip, decode_steps(b)),
+    );
+    let has_prefill = |t: &Trace| t.tokens.iter().any(|r| r.phase == Phase::Prefill);
+    let mut phases = Vec::new();
+    if has_prefill(a) || has_prefill(b) {
+        phases.push(phase_diff(a, b, Phase::Prefill, skips, o));
+    }
+    phases.push(phase_diff(a, b, Phase::Decode, skips, o));
+
+    let decode_a = phase_samples(a, Phase::Decode, skips.0).steps;
+    let decode_b = phase_samples(b, Phase::Decode, skips.1).steps;
+    let fold = o.stats.fold_labels;
+    let (ops_a, regions_a) = op_rows(a, &decode_a, fold, a.meta.device.memory_bandwidth_gbps);
+    let (ops_b, regions_b) = op_rows(b, &decode_b, fold, b.meta.device.memory_bandwidth_gbps);
+
+    Diff {
+        a: CaptureInfo::of(a, a_source),
+        b: CaptureInfo::of(b, b_source),
+        skip_a: skips.0,
+        skip_b: skips.1,
+        comparability: comparability(a, b, &o.ignore),
+        tokens: compare_tokens(&generated_ids(a), &generated_ids(b)),
+        phases,
+        ops: match_ops(ops_a, ops_b, o),
+        regions: match_ops(regions_a, regions_b, o),
+        folded_labels: fold,
+        confidence: o.confidence,
+        resamples: o.resamples,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison_finds_first_difference() {
+        assert!(compare_tokens(&[1, 2, 3], &[1, 2, 3]).identical);
+        assert_eq!(
+            compare_tokens(&[1, 2, 3], &[1, 5, 3]).first_difference,
+            Some(1)
+        );
+        assert_eq!(
+            compare_tokens(&[1, 2], &[1, 2, 3]).first_difference,
+            Some(2)
+        );
+    }
+}

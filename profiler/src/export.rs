@@ -1,0 +1,278 @@
+//! Export to the Chrome Trace Event format (JSON), which Perfetto (ui.perfetto.dev) and
+//! chrome://tracing open.
+//!
+//! Layout:
+//! - process 1 is the host: thread 1 holds every host span as an `X` (complete) event, nested by
+//!   time; the `token` span carries the step's index, phase, position, kv_len and token id.
+//!   Counter tracks (`C` events, one per counter and per time, one sample per step at the step's
+//!   start) belong to process 1.
+//! - process 2 is the GPU: one thread per queue (thread 1 = queue 0, compute; thread 2 = queue 1,
+//!   transfer; thread N + 1 = queue N), with GPU spans as `X` events named by their op label and
+//!   categorized by op kind.
+//! - a flow arrow (`s` on the host, `f` with `bp: "e"` on the GPU, shared `id`) links each `submit`
+//!   host span to the first GPU span of the work it submitted. Both ends sit at the middle of their
+//!   slice so that they bind to it unambiguously.
+//! - `M` events name both processes and every thread; `ts` is microseconds (fractional) relative
+//!   to the earliest time in the trace, so no `ts` is negative.
+//!
+//! Every string is escaped by serde_json; nothing is written by hand.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::io::write_atomic;
+use crate::trace::{Counters, Phase, Trace};
+
+pub const HOST_PID: u32 = 1;
+pub const GPU_PID: u32 = 2;
+pub const HOST_TID: u32 = 1;
+
+/// A Chrome trace event. Optional fields are left out when `None`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Event {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cat: Option<String>,
+    pub ph: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dur: Option<f64>,
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bp: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+}
+
+/// The JSON object form of a Chrome trace.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ChromeTrace {
+    #[serde(rename = "traceEvents")]
+    pub trace_events: Vec<Event>,
+    #[serde(rename = "displayTimeUnit")]
+    pub display_time_unit: &'static str,
+    #[serde(rename = "otherData")]
+    pub other_data: Value,
+}
+
+/// Export failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(
+        "cannot write the Chrome trace {path}: {err} (check that the directory exists and is writable)"
+    )]
+    Write {
+        path: String,
+        #[source]
+        err: std::io::Error,
+    },
+}
+
+fn queue_name(queue: u8) -> String {
+    match queue {
+        0 => "queue 0 (compute)".to_owned(),
+        1 => "queue 1 (transfer)".to_owned(),
+        q => format!("queue {q}"),
+    }
+}
+
+fn event(name: String, ph: &'static str, pid: u32, tid: Option<u32>) -> Event {
+    Event {
+        name,
+        cat: None,
+        ph,
+        ts: None,
+        dur: None,
+        pid,
+        tid,
+        id: None,
+        bp: None,
+        args: None,
+    }
+}
+
+/// Builds the Chrome trace of `trace`.
+pub fn chrome_trace(trace: &Trace) -> ChromeTrace {
+    // The earliest time anywhere becomes 0.
+    let base_ns = trace
+        .tokens
+        .iter()
+        .flat_map(|t| {
+            std::iter::once(t.start_ns)
+                .chain(t.host_spans.iter().map(|s| s.start_ns()))
+                .chain(t.gpu_spans.iter().map(|s| s.start_ns()))
+        })
+        .min()
+        .unwrap_or(0);
+    let ts = |ns: u64| ns.saturating_sub(base_ns) as f64 / 1_000.0;
+    let us = |ns: u64| ns as f64 / 1_000.0;
+
+    let mut events = Vec::new();
+    let mut queues = BTreeSet::new();
+    let mut flow_id = 0u64;
+    for (i, t) in trace.tokens.iter().enumerate() {
+        let phase = match t.phase {
+            Phase::Prefill => "prefill",
+            Phase::Decode => "decode",
+        };
+        let mut submits = Vec::new();
+        for h in &t.host_spans {
+            let mut e = event(h.name().to_owned(), "X", HOST_PID, Some(HOST_TID));
+            e.cat = Some("host".to_owned());
+            e.ts = Some(ts(h.start_ns()));
+            e.dur = Some(us(h.dur_ns()));
+            if h.name() == "token" {
+                e.args = Some(json!({
+                    "step": i,
+                    "phase": phase,
+                    "position": t.position,
+                    "n_tokens": t.n_tokens,
+                    "kv_len": t.kv_len,
+                    "token_id": t.token_id,
+                }));
+            }
+            if h.name() == "submit" {
+                submits.push(h);
+            }
+            events.push(e);
+        }
+        // First GPU span of every submit.
+        let mut first: Vec<Option<usize>> = vec![None; submits.len()];
+        for (j, g) in t.gpu_spans.iter().enumerate() {
+            queues.insert(g.queue());
+            let Some(info) = trace.ops.get(g.op() as usize) else {
+                continue;
+            };
+            let mut e = event(info.label.clone(), "X", GPU_PID, Some(g.queue() as u32 + 1));
+            e.cat = Some(info.kind.clone());
+            e.ts = Some(ts(g.start_ns()));
+            e.dur = Some(us(g.dur_ns()));
+            events.push(e);
+            let k = g.submit() as usize;
+            let region = crate::stats::is_region_kind(&info.kind);
+            if let Some(slot) = first.get_mut(k)
+                && !region
+                && slot.is_none_or(|f| g.start_ns() < t.gpu_spans[f].start_ns())
+            {
+                *slot = Some(j);
+            }
+        }
+        for (k, target) in first.iter().enumerate() {
+            let Some(j) = *target else {
+                continue;
+            };
+            let (h, g) = (submits[k], &t.gpu_spans[j]);
+            flow_id += 1;
+            let mut s = event("submit".to_owned(), "s", HOST_PID, Some(HOST_TID));
+            s.cat = Some("submit".to_owned());
+            s.id = Some(flow_id);
+            s.ts = Some(ts(h.start_ns() + h.dur_ns() / 2));
+            let mut f = event(
+                "submit".to_owned(),
+                "f",
+                GPU_PID,
+                Some(g.queue() as u32 + 1),
+            );
+            f.cat = Some("submit".to_owned());
+            f.id = Some(flow_id);
+            f.bp = Some("e");
+            f.ts = Some(ts(g.start_ns() + g.dur_ns() / 2));
+            events.push(s);
+            events.push(f);
+        }
+        // Counter tracks: one sample per step.
+        let at = Some(ts(t.start_ns));
+        for (name, v) in Counters::NAMES.iter().zip(t.counters.values()) {
+            let mut c = event((*name).to_owned(), "C", HOST_PID, Some(HOST_TID));
+            c.ts = at;
+            c.args = Some(json!({ "value": v }));
+            events.push(c);
+        }
+        let mut times = vec![
+            ("host_enqueue_us", us(t.host_enqueue_ns)),
+            ("host_wait_us", us(t.host_wait_ns)),
+            ("wall_us", us(t.wall_ns)),
+        ];
+        if let Some(g) = crate::stats::gpu_busy_ns(trace, t) {
+            times.push(("gpu_us", us(g)));
+        }
+        for (name, v) in times {
+            let mut c = event(name.to_owned(), "C", HOST_PID, Some(HOST_TID));
+            c.ts = at;
+            c.args = Some(json!({ "value": v }));
+            events.push(c);
+        }
+    }
+
+    let m = &trace.meta;
+    let mut meta = Vec::new();
+    let mut name_process = |pid: u32, name: String, sort: u32| {
+        let mut e = event("process_name".to_owned(), "M", pid, None);
+        e.args = Some(json!({ "name": name }));
+        meta.push(e);
+        let mut e = event("process_sort_index".to_owned(), "M", pid, None);
+        e.args = Some(json!({ "sort_index": sort }));
+        meta.push(e);
+    };
+    name_process(
+        HOST_PID,
+        format!("host: {} ({} mode)", m.model.name, m.knobs.mode),
+        0,
+    );
+    name_process(GPU_PID, format!("GPU: {}", m.device.name), 1);
+    let mut name_thread = |pid: u32, tid: u32, name: String| {
+        let mut e = event("thread_name".to_owned(), "M", pid, Some(tid));
+        e.args = Some(json!({ "name": name }));
+        meta.push(e);
+        let mut e = event("thread_sort_index".to_owned(), "M", pid, Some(tid));
+        e.args = Some(json!({ "sort_index": tid }));
+        meta.push(e);
+    };
+    name_thread(HOST_PID, HOST_TID, "host thread".to_owned());
+    for q in &queues {
+        name_thread(GPU_PID, *q as u32 + 1, queue_name(*q));
+    }
+    meta.extend(events);
+
+    ChromeTrace {
+        trace_events: meta,
+        display_time_unit: "ns",
+        other_data: json!({
+            "source_format": trace.format,
+            "source_version": trace.version,
+            "tool": format!("{} {}", m.tool.name, m.tool.version),
+            "model": m.model.name,
+            "device": m.device.name,
+            "driver": m.device.driver,
+            "mode": m.knobs.mode,
+            "timestamps": m.run.timestamps,
+            "gpu_clock": if m.clock.calibrated {
+                format!("calibrated ({})", m.clock.method)
+            } else {
+                format!("uncalibrated ({})", m.clock.method)
+            },
+            "time_origin_host_ns": m.epoch_host_ns.saturating_add(base_ns),
+        }),
+    }
+}
+
+/// Writes the Chrome trace of `trace` to `out`, atomically.
+pub fn export_chrome(trace: &Trace, out: &Path) -> Result<(), ExportError> {
+    let chrome = chrome_trace(trace);
+    write_atomic(out, |w| {
+        serde_json::to_writer(&mut *w, &chrome).map_err(std::io::Error::from)?;
+        std::io::Write::write_all(w, b"\n")
+    })
+    .map_err(|err| ExportError::Write {
+        path: out.display().to_string(),
+        err,
+    })
+}

@@ -1,0 +1,401 @@
+//! Reading and writing trace files.
+//!
+//! The on-disk form is the JSON serialization of [`Trace`] (`TRACE_FORMAT.md`). Writing is atomic:
+//! the trace goes to a temporary file in the destination's directory, is flushed to disk, and is
+//! then renamed over the final name, so an interrupted capture never leaves a truncated trace
+//! behind. Reading never panics: every way a file can be wrong maps to one [`TraceError`] variant
+//! whose message names the file and says what to do.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use crate::trace::{FORMAT_NAME, FORMAT_VERSION, Trace};
+
+/// Everything that can go wrong reading or writing a trace.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot read trace {source_name}: {err}")]
+    Read {
+        source_name: String,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error(
+        "cannot write trace {path}: {err} (check that the directory exists and is writable)",
+        path = path.display()
+    )]
+    Write {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("{source_name} is not a decodescope trace: {reason}")]
+    WrongType { source_name: String, reason: String },
+    #[error(
+        "{source_name} is trace format version {found}, but this build of the profiler reads \
+         versions up to {newest}; update decodescope to read it"
+    )]
+    NewerVersion {
+        source_name: String,
+        found: u32,
+        newest: u32,
+    },
+    #[error(
+        "{source_name} is truncated: the data ends at byte {offset} in the middle of the trace \
+         (the capture was probably interrupted); capture it again"
+    )]
+    Truncated { source_name: String, offset: u64 },
+    #[error(
+        "{source_name} is not a valid trace at byte {offset} (line {line}, column {column}): {message}"
+    )]
+    Invalid {
+        source_name: String,
+        offset: u64,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{source_name} is an inconsistent trace: {message}")]
+    Inconsistent {
+        source_name: String,
+        message: String,
+    },
+}
+
+/// The name used for traces read from memory or a reader rather than a file.
+const UNNAMED: &str = "<input>";
+
+/// Reads and checks the trace at `path`.
+pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
+    let source_name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|err| TraceError::Read {
+        source_name: source_name.clone(),
+        err,
+    })?;
+    parse(&bytes, &source_name)
+}
+
+/// Reads and checks a trace from any reader (the whole input is read first).
+pub fn from_reader<R: Read>(mut reader: R) -> Result<Trace, TraceError> {
+    let mut bytes = Vec::new();
+    reader
+        .read_to_end(&mut bytes)
+        .map_err(|err| TraceError::Read {
+            source_name: UNNAMED.to_owned(),
+            err,
+        })?;
+    parse(&bytes, UNNAMED)
+}
+
+/// Reads and checks a trace held in memory.
+pub fn from_slice(bytes: &[u8]) -> Result<Trace, TraceError> {
+    parse(bytes, UNNAMED)
+}
+
+/// Like [`from_slice`], naming the input `source_name` in errors.
+pub fn from_slice_named(bytes: &[u8], source_name: &str) -> Result<Trace, TraceError> {
+    parse(bytes, source_name)
+}
+
+/// Serializes `trace` as compact JSON into `writer`.
+pub fn to_writer<W: Write>(writer: W, trace: &Trace) -> Result<(), serde_json::Error> {
+    serde_json::to_writer(writer, trace)
+}
+
+/// Serializes `trace` as compact JSON.
+pub fn to_vec(trace: &Trace) -> Result<Vec<u8>, serde_json::Error> {
+    serde_json::to_vec(trace)
+}
+
+/// Writes `trace` to `path` atomically: a temporary file in the same directory is written, flushed
+/// to disk and renamed over `path`. On any error the temporary file is removed and `path` is left
+/// as it was.
+pub fn write_trace(path: &Path, trace: &Trace) -> Result<(), TraceError> {
+    write_atomic(path, |w| {
+        serde_json::to_writer(&mut *w, trace).map_err(std::io::Error::from)?;
+        w.write_all(b"\n")
+    })
+    .map_err(|err| TraceError::Write {
+        path: path.to_owned(),
+        err,
+    })
+}
+
+/// Writes a file atomically: `fill` writes the contents into a temporary file in the destination's
+/// directory, which is flushed, synced and renamed over `path`; the directory is synced last so
+/// that the rename itself is durable. The temporary file is created like any new file (default
+/// permissions under the umask) and removed if anything fails.
+pub(crate) fn write_atomic(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace".to_owned());
+    let (tmp_path, file) = loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let candidate = dir.join(format!(".{file_name}.{}.{n}.tmp", std::process::id()));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&candidate)
+        {
+            Ok(f) => break (candidate, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let guard = RemoveOnDrop(Some(tmp_path));
+    {
+        let mut w = BufWriter::with_capacity(1 << 20, &file);
+        fill(&mut w)?;
+        w.flush()?;
+    }
+    file.sync_all()?;
+    drop(file);
+    if let Some(tmp) = &guard.0 {
+        std::fs::rename(tmp, path)?;
+    }
+    guard.disarm();
+    // Make the rename durable. Opening a directory for syncing is not possible everywhere (Windows);
+    // the file itself is already on disk, so a failure here is not an error.
+    if let Ok(d) = File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Removes a temporary file unless disarmed.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl RemoveOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Only the identifying fields, to explain why a full parse failed.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    format: Option<IgnoredAnyOrString>,
+    #[serde(default)]
+    version: Option<IgnoredAnyOrU32>,
+    #[serde(default, rename = "traceEvents")]
+    trace_events: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IgnoredAnyOrString {
+    Str(String),
+    Other(IgnoredAny),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IgnoredAnyOrU32 {
+    Num(u32),
+    Other(IgnoredAny),
+}
+
+fn parse(bytes: &[u8], source_name: &str) -> Result<Trace, TraceError> {
+    let wrong_type = |reason: String| TraceError::WrongType {
+        source_name: source_name.to_owned(),
+        reason,
+    };
+    let first = bytes.iter().position(|b| !b.is_ascii_whitespace());
+    match first.map(|i| bytes[i]) {
+        None => return Err(wrong_type("the file is empty".to_owned())),
+        Some(b'{') => {}
+        Some(_) => {
+            let what = if bytes.starts_with(b"\x7fELF") {
+                "it is an executable"
+            } else if bytes.starts_with(&[0x1f, 0x8b]) {
+                "it is gzip-compressed (decompress it first)"
+            } else if std::str::from_utf8(&bytes[..bytes.len().min(64)]).is_err() {
+                "it is binary data, not JSON"
+            } else {
+                "it does not start with a JSON object `{`"
+            };
+            return Err(wrong_type(format!(
+                "{what}; a trace is a JSON object with \"format\": \"{FORMAT_NAME}\""
+            )));
+        }
+    }
+
+    match serde_json::from_slice::<Trace>(bytes) {
+        Ok(trace) => {
+            check_identity(Some(&trace.format), Some(trace.version), false, source_name)?;
+            validate(&trace).map_err(|message| TraceError::Inconsistent {
+                source_name: source_name.to_owned(),
+                message,
+            })?;
+            Ok(trace)
+        }
+        Err(err) => {
+            if err.is_eof() {
+                return Err(TraceError::Truncated {
+                    source_name: source_name.to_owned(),
+                    offset: bytes.len() as u64,
+                });
+            }
+            // Explain the failure by the file's identity first: another tool's JSON or a newer
+            // version fails in ways whose serde message would only confuse.
+            if let Ok(header) = serde_json::from_slice::<Header>(bytes) {
+                let format = match &header.format {
+                    Some(IgnoredAnyOrString::Str(s)) => Some(s.as_str()),
+                    _ => None,
+                };
+                let version = match header.version {
+                    Some(IgnoredAnyOrU32::Num(v)) => Some(v),
+                    _ => None,
+                };
+                check_identity(format, version, header.trace_events.is_some(), source_name)?;
+            }
+            let offset = byte_offset(bytes, err.line(), err.column());
+            let message = if err.is_syntax() {
+                format!("not valid JSON: {}", strip_position(&err))
+            } else {
+                strip_position(&err)
+            };
+            Err(TraceError::Invalid {
+                source_name: source_name.to_owned(),
+                offset,
+                line: err.line(),
+                column: err.column(),
+                message,
+            })
+        }
+    }
+}
+
+fn check_identity(
+    format: Option<&str>,
+    version: Option<u32>,
+    chrome_events: bool,
+    source_name: &str,
+) -> Result<(), TraceError> {
+    let wrong_type = |reason: String| TraceError::WrongType {
+        source_name: source_name.to_owned(),
+        reason,
+    };
+    match format {
+        Some(FORMAT_NAME) => {}
+        Some(other) => {
+            return Err(wrong_type(format!(
+                "its \"format\" is \"{other}\", expected \"{FORMAT_NAME}\""
+            )));
+        }
+        None if chrome_events => {
+            return Err(wrong_type(
+                "it is a Chrome trace-event file (perhaps a `profiler export` output); pass the \
+                 decodescope trace it was exported from"
+                    .to_owned(),
+            ));
+        }
+        None => {
+            return Err(wrong_type(format!(
+                "it is JSON without \"format\": \"{FORMAT_NAME}\""
+            )));
+        }
+    }
+    if let Some(found) = version
+        && found > FORMAT_VERSION
+    {
+        return Err(TraceError::NewerVersion {
+            source_name: source_name.to_owned(),
+            found,
+            newest: FORMAT_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Checks the references inside a trace that analysis relies on.
+pub fn validate(trace: &Trace) -> Result<(), String> {
+    if trace.version == 0 {
+        return Err("format version 0 does not exist; the first version is 1".to_owned());
+    }
+    let n_ops = trace.ops.len();
+    for (i, token) in trace.tokens.iter().enumerate() {
+        if let Some((j, span)) = token
+            .gpu_spans
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.op() as usize >= n_ops)
+        {
+            return Err(format!(
+                "step {i}, GPU span {j} names op {} but the trace lists only {n_ops} ops",
+                span.op()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// serde_json reports line and column (1-based, column counted in bytes); turn them into a byte
+/// offset from the start of the input.
+fn byte_offset(bytes: &[u8], line: usize, column: usize) -> u64 {
+    if line == 0 {
+        return 0;
+    }
+    let mut line_start = 0usize;
+    let mut current = 1usize;
+    if line > 1 {
+        for (i, b) in bytes.iter().enumerate() {
+            if *b == b'\n' {
+                current += 1;
+                if current == line {
+                    line_start = i + 1;
+                    break;
+                }
+            }
+        }
+    }
+    (line_start + column.saturating_sub(1)).min(bytes.len()) as u64
+}
+
+/// serde_json appends " at line L column C" to its messages; the error reports the position itself.
+fn strip_position(err: &serde_json::Error) -> String {
+    let s = err.to_string();
+    match s.rfind(" at line ") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_count_bytes_from_the_start() {
+        let text = b"{\n  \"a\": 1,\n  x\n}";
+        let err = match serde_json::from_slice::<serde_json::Value>(text) {
+            Err(e) => e,
+            Ok(v) => panic!("parsed {v}"),
+        };
+        let offset = byte_offset(text, err.line(), err.column()) as usize;
+        assert_eq!(text[offset], b'x');
+    }
+}

@@ -1,0 +1,305 @@
+//! The `profiler` command: statistics, A/B diffs with CI gates, and Chrome/Perfetto export of
+//! decodescope traces.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use profiler::{
+    DiffOptions, Format, StatsOptions, SynthKernels, SynthOptions, SynthSubmit, SynthTimestamps,
+};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success; with --gates, every gate passed (warnings allowed)
+  1  a gate with severity \"fail\" failed
+  2  unreadable input (trace or gate file), a bad command line, or, with --strict, captures
+     that are not comparable";
+
+#[derive(Parser)]
+#[command(
+    name = "profiler",
+    version,
+    about = "Statistics, A/B diffs with CI gates, and Chrome/Perfetto export of decodescope traces",
+    long_about = "Statistics, A/B diffs with CI gates, and Chrome/Perfetto export of decodescope \
+                  traces.\n\nA trace is the JSON file that `decoder capture` writes \
+                  (profiler/TRACE_FORMAT.md documents it).",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Per-token statistics of one trace: every counter and time (min, median, mean, p90, p99,
+    /// max, std dev, cv) for prefill and decode, and the per-op GPU table.
+    Stats {
+        /// The trace file.
+        trace: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Compare trace A (baseline) with trace B: every metric in one table, counters exactly,
+    /// timings with bootstrap confidence intervals; optionally check CI gates.
+    #[command(after_help = EXIT_CODES)]
+    Diff {
+        /// The baseline trace.
+        a: PathBuf,
+        /// The trace compared with it.
+        b: PathBuf,
+        /// A TOML file of gates (see profiler/gates.example.toml); exit 1 when one fails.
+        #[arg(long, value_name = "FILE")]
+        gates: Option<PathBuf>,
+        /// Exit 2 when the captures differ in model, shape, device, knobs, lengths, KV layout or
+        /// timestamp level (otherwise such differences are only warnings).
+        #[arg(long)]
+        strict: bool,
+        /// A comparability field (e.g. `knobs.submit`) or group (`knobs`, `device`, `run`,
+        /// `model`) whose difference is expected; repeatable.
+        #[arg(long, value_name = "FIELD")]
+        ignore: Vec<String>,
+        /// Bootstrap resamples per timing.
+        #[arg(long, default_value_t = 2000)]
+        resamples: usize,
+        /// Confidence level of the intervals.
+        #[arg(long, default_value_t = 0.95)]
+        confidence: f64,
+        /// Bootstrap seed (the same seed gives the same intervals).
+        #[arg(long, default_value_t = 0x00de_c0de)]
+        seed: u64,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Export a trace for Perfetto (ui.perfetto.dev) or chrome://tracing.
+    Export {
+        /// Output format.
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// The trace file.
+        trace: PathBuf,
+        /// Where to write the export (written atomically).
+        out: PathBuf,
+    },
+    /// Write a synthetic trace (deterministic, no GPU) for tests, benchmarks and the viewer.
+    /// Its numbers are modelled, not measured.
+    SynthTrace {
+        /// Where to write the trace.
+        out: PathBuf,
+        #[arg(long, default_value_t = 64)]
+        decode_tokens: u32,
+        #[arg(long, default_value_t = 8)]
+        prompt_tokens: u32,
+        #[arg(long, default_value_t = 14)]
+        layers: u32,
+        #[arg(long, value_enum, default_value_t = SynthKernels::Primitive)]
+        kernels: SynthKernels,
+        #[arg(long, value_enum, default_value_t = SynthSubmit::PerLayer)]
+        submit: SynthSubmit,
+        #[arg(long, value_enum, default_value_t = SynthTimestamps::Dispatch)]
+        timestamps: SynthTimestamps,
+        /// Empty submits added to every step.
+        #[arg(long, default_value_t = 0)]
+        extra_submits: u32,
+        /// Multiplies every GPU duration.
+        #[arg(long, default_value_t = 1.0)]
+        gpu_scale: f64,
+        /// Seed of the timing noise.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Model the fence-fallback GPU clock instead of calibrated timestamps.
+        #[arg(long)]
+        uncalibrated: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct Common {
+    /// Decode tokens to skip at the start (warm-up); clamped to half the decode tokens.
+    #[arg(long, default_value_t = profiler::DEFAULT_SKIP)]
+    skip: usize,
+    /// Keep every op label as is instead of folding numeric parts (`layer.3.x` -> `layer.*.x`).
+    #[arg(long)]
+    per_label: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+}
+
+impl Common {
+    fn stats_options(&self) -> StatsOptions {
+        StatsOptions {
+            skip: self.skip,
+            fold_labels: !self.per_label,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ExportFormat {
+    /// Chrome Trace Event JSON (Perfetto, chrome://tracing).
+    Chrome,
+}
+
+/// Failures that decide the exit code: everything else is an input error (2).
+enum Outcome {
+    Ok,
+    GateFailed,
+}
+
+fn read(path: &Path) -> Result<profiler::Trace> {
+    Ok(profiler::read_trace(path)?)
+}
+
+fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`profiler stats t.json | head`) is not an error worth reporting.
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("cannot write to standard output"),
+    }
+}
+
+fn run(cli: Cli) -> Result<Outcome> {
+    match cli.command {
+        Command::Stats { trace, common } => {
+            let t = read(&trace)?;
+            let s =
+                profiler::compute_stats(&t, &trace.display().to_string(), &common.stats_options());
+            print(&profiler::render_stats(&s, common.format))?;
+            Ok(Outcome::Ok)
+        }
+        Command::Diff {
+            a,
+            b,
+            gates,
+            strict,
+            ignore,
+            resamples,
+            confidence,
+            seed,
+            common,
+        } => {
+            if !(confidence > 0.0 && confidence < 1.0) {
+                anyhow::bail!("--confidence must be between 0 and 1 (e.g. 0.95), not {confidence}");
+            }
+            // A bad gate file is reported before the (possibly large) traces are read.
+            let gate_file = gates.as_deref().map(profiler::load_gates).transpose()?;
+            // Parse both traces at once: on two cores that halves a large diff's reading time.
+            let (ta, tb) = std::thread::scope(|s| {
+                let ha = s.spawn(|| read(&a));
+                let tb = read(&b);
+                let ta = ha
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("reading {} panicked", a.display())));
+                (ta, tb)
+            });
+            let (ta, tb) = (ta?, tb?);
+            let opts = DiffOptions {
+                stats: common.stats_options(),
+                resamples,
+                confidence,
+                seed,
+                ignore,
+            };
+            let d = profiler::compute_diff(
+                &ta,
+                &a.display().to_string(),
+                &tb,
+                &b.display().to_string(),
+                &opts,
+            );
+            let report = gate_file.as_ref().map(|g| profiler::evaluate_gates(g, &d));
+            print(&profiler::render_diff(&d, report.as_ref(), common.format))?;
+            let blocking: Vec<String> = d
+                .blocking_mismatches()
+                .map(|m| format!("{} (A {}, B {})", m.field, m.a, m.b))
+                .collect();
+            if strict && !blocking.is_empty() {
+                anyhow::bail!(
+                    "--strict: {} and {} are not comparable: {}; pass --ignore FIELD for an \
+                     expected difference",
+                    a.display(),
+                    b.display(),
+                    blocking.join(", ")
+                );
+            }
+            if let Some(r) = report
+                && r.failed()
+            {
+                for f in r
+                    .results
+                    .iter()
+                    .filter(|r| r.status == profiler::Status::Fail)
+                {
+                    eprintln!(
+                        "gate failed: {}: {} {} {}: A {} B {} (required {})",
+                        f.name,
+                        f.metric,
+                        f.statistic,
+                        f.phase,
+                        f.a.map_or("-".to_owned(), profiler::fmt_value),
+                        f.b.map_or("-".to_owned(), profiler::fmt_value),
+                        f.rule
+                    );
+                }
+                return Ok(Outcome::GateFailed);
+            }
+            Ok(Outcome::Ok)
+        }
+        Command::Export { format, trace, out } => {
+            let t = read(&trace)?;
+            match format {
+                ExportFormat::Chrome => profiler::export_chrome(&t, &out)?,
+            }
+            eprintln!("wrote {}", out.display());
+            Ok(Outcome::Ok)
+        }
+        Command::SynthTrace {
+            out,
+            decode_tokens,
+            prompt_tokens,
+            layers,
+            kernels,
+            submit,
+            timestamps,
+            extra_submits,
+            gpu_scale,
+            seed,
+            uncalibrated,
+        } => {
+            let t = profiler::synthetic_trace(&SynthOptions {
+                layers,
+                prompt_tokens,
+                decode_tokens,
+                kernels,
+                submit,
+                timestamps,
+                extra_submits_per_token: extra_submits,
+                gpu_scale,
+                seed,
+                calibrated: !uncalibrated,
+                ..SynthOptions::default()
+            });
+            profiler::write_trace(&out, &t)?;
+            eprintln!("wrote {}", out.display());
+            Ok(Outcome::Ok)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::GateFailed) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
