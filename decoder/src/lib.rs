@@ -5,8 +5,11 @@
 //! - [`vk`]: the only module holding raw Vulkan handles and `unsafe`.
 //! - [`cli`]: the `decoder` command line.
 
+pub mod capture;
 pub mod cli;
+pub mod exec;
 pub mod generate;
 pub mod gguf;
 pub mod model;
+pub mod shaders;
 pub mod vk;

@@ -1,8 +1,90 @@
-//! `decoder devices` (being written).
+//! `decoder devices`: the Vulkan devices and the properties that matter for decode profiling.
+
+use anyhow::Context as _;
+
+use crate::vk::{DeviceInfo, list_devices};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Print JSON (one object per device) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`decoder devices` is not written yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let devices = list_devices().context("listing Vulkan devices")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&devices)?);
+    } else {
+        print!("{}", table(&devices));
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{} MiB", bytes >> 20)
+    }
+}
+
+fn yes(b: bool) -> String {
+    if b { "yes".into() } else { "no".into() }
+}
+
+/// The devices as a table: one row per property, one column per device.
+pub fn table(devices: &[DeviceInfo]) -> String {
+    type Row = (&'static str, fn(&DeviceInfo) -> String);
+    let rows: &[Row] = &[
+        ("name", |d| d.name.clone()),
+        ("type", |d| d.device_type.clone()),
+        ("driver", |d| format!("{} {}", d.driver_name, d.driver_info).trim().to_string()),
+        ("Vulkan API", |d| d.api_version.clone()),
+        ("vendor:device", |d| format!("{:04x}:{:04x}", d.vendor_id, d.device_id)),
+        ("compute units", |d| d.compute_units.to_string()),
+        ("device-local memory", |d| mib(d.device_local_bytes)),
+        ("timestamps", |d| yes(d.timestamps)),
+        ("timestamp period", |d| format!("{} ns", d.timestamp_period_ns)),
+        ("timestamp valid bits", |d| d.timestamp_valid_bits.to_string()),
+        ("calibrated timestamps", |d| d.calibrated_timestamps.clone().unwrap_or_else(|| "no".into())),
+        ("push descriptors", |d| {
+            if d.push_descriptors { format!("yes (max {})", d.max_push_descriptors) } else { "no".into() }
+        }),
+        ("subgroup size", |d| d.subgroup_size.to_string()),
+        ("subgroup arithmetic", |d| yes(d.subgroup_arithmetic)),
+        ("16-bit storage", |d| yes(d.storage_buffer_16bit)),
+        ("float16 arithmetic", |d| yes(d.shader_float16)),
+        ("host query reset", |d| yes(d.host_query_reset)),
+        ("separate transfer queue", |d| yes(d.separate_transfer_queue)),
+        ("max storage buffer range", |d| mib(d.max_storage_buffer_range)),
+        ("max allocation size", |d| mib(d.max_memory_allocation_size)),
+        ("max workgroup invocations", |d| d.max_compute_workgroup_invocations.to_string()),
+    ];
+    let header: Vec<String> = std::iter::once("device".to_string())
+        .chain(devices.iter().map(|d| format!("#{}", d.index)))
+        .collect();
+    let mut cells: Vec<Vec<String>> = vec![header];
+    for (name, f) in rows {
+        cells.push(std::iter::once(name.to_string()).chain(devices.iter().map(f)).collect());
+    }
+    let cols = cells[0].len();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| cells.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, r) in cells.iter().enumerate() {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+        if i == 0 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.push_str(&rule.join("  "));
+            out.push('\n');
+        }
+    }
+    if devices.is_empty() {
+        out.push_str("no Vulkan devices found: run scripts/setup.sh to install lavapipe\n");
+    }
+    out
 }

@@ -2,7 +2,9 @@
 
 use clap::{Parser, Subcommand};
 
+pub mod capture;
 pub mod devices;
+pub mod gpu;
 pub mod import_gguf;
 pub mod run;
 pub mod synth;
@@ -23,6 +25,8 @@ pub enum Command {
     Devices(devices::Args),
     /// Generate text from a prompt and print a per-token summary.
     Run(run::Args),
+    /// Run one or both modes headless and write their traces (and the A/B table).
+    Capture(capture::Args),
     /// Write a synthetic Hugging Face checkpoint with deterministic random weights.
     Synth(synth::Args),
     /// Convert a GGUF file into a Hugging Face checkpoint directory.
@@ -33,6 +37,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Devices(a) => devices::run(a),
         Command::Run(a) => run::run(a),
+        Command::Capture(a) => capture::run(a),
         Command::Synth(a) => synth::run(a),
         Command::ImportGguf(a) => import_gguf::run(a),
     }

@@ -1,0 +1,214 @@
+//! Captures: run a generation on the Vulkan engine and turn its records into a trace, plus the
+//! per-token summaries that `decoder run` and `decoder capture` print.
+
+use anyhow::Context as _;
+use profiler::trace::{
+    DeviceMeta, FORMAT_NAME, FORMAT_VERSION, Meta, ModelMeta, Phase, RunMeta, ToolMeta, Trace,
+};
+
+use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
+use crate::exec::knobs::Knobs;
+use crate::generate::{GenerateOptions, Generation, generate};
+use crate::model::Model;
+use crate::vk::Gpu;
+
+/// What to capture.
+#[derive(Clone, Debug)]
+pub struct CaptureSpec {
+    /// The model's name as the user gave it (preset or directory name).
+    pub model_name: String,
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    /// Decode tokens to generate (EOS is ignored so every capture has the asked length).
+    pub decode_tokens: usize,
+    pub knobs: Knobs,
+    pub timestamps: Timestamps,
+    /// Read the logits back every step (for logit comparisons; changes the counters).
+    pub logits_readback: bool,
+}
+
+/// Runs `spec` on `gpu` and returns the trace and the generation.
+pub fn capture(gpu: &Gpu, model: &Model, spec: &CaptureSpec) -> anyhow::Result<(Trace, Generation)> {
+    let max_seq = (spec.prompt_ids.len() + spec.decode_tokens + 1) as u32;
+    let opts = EngineOptions {
+        knobs: spec.knobs,
+        timestamps: spec.timestamps,
+        max_seq,
+        max_batch: spec.prompt_ids.len() as u32,
+        logits_readback: spec.logits_readback,
+    };
+    let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).context("cannot set up the Vulkan decoder")?;
+    let gen_opts = GenerateOptions {
+        max_tokens: spec.decode_tokens,
+        temperature: 0.0,
+        top_p: 1.0,
+        seed: 0,
+        ignore_eos: true,
+        dump_logits: spec.logits_readback,
+    };
+    let generation = generate(&mut engine, &model.tokenizer, &spec.prompt_ids, &gen_opts, &mut |_| {})?;
+    let trace = build_trace(&engine, model, spec, &generation);
+    Ok((trace, generation))
+}
+
+/// The trace of everything `engine` ran.
+pub fn build_trace(engine: &Engine, model: &Model, spec: &CaptureSpec, generation: &Generation) -> Trace {
+    let info = engine.gpu().info();
+    let cfg = &model.config;
+    let shape = shape_of(cfg, engine.shape().max_seq);
+    Trace {
+        format: FORMAT_NAME.into(),
+        version: FORMAT_VERSION,
+        meta: Meta {
+            tool: ToolMeta { name: "decodescope".into(), version: env!("CARGO_PKG_VERSION").into() },
+            created_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            epoch_host_ns: engine.epoch_ns(),
+            device: DeviceMeta {
+                name: info.name.clone(),
+                device_type: info.device_type.clone(),
+                vendor_id: info.vendor_id,
+                device_id: info.device_id,
+                driver: format!("{} {}", info.driver_name, info.driver_info).trim().to_string(),
+                api_version: info.api_version.clone(),
+                timestamp_period_ns: info.timestamp_period_ns as f64,
+                compute_units: info.compute_units,
+                memory_bandwidth_gbps: None,
+            },
+            clock: engine.clock().clone(),
+            model: ModelMeta {
+                name: spec.model_name.clone(),
+                architecture: cfg.arch.model_type().into(),
+                parameters: cfg.parameter_count(),
+                layers: cfg.layers as u32,
+                hidden: cfg.hidden as u32,
+                heads: cfg.heads as u32,
+                kv_heads: cfg.kv_heads as u32,
+                head_dim: cfg.head_dim as u32,
+                intermediate: cfg.intermediate as u32,
+                vocab: cfg.vocab as u32,
+                weight_dtype: "f16".into(),
+                weight_bytes_per_token: shape.weight_bytes_per_token(),
+            },
+            knobs: spec.knobs.to_trace(),
+            run: RunMeta {
+                prompt: spec.prompt.clone(),
+                prompt_tokens: spec.prompt_ids.len() as u32,
+                decode_tokens: spec.decode_tokens as u32,
+                context: 0,
+                kv_layout: "contiguous".into(),
+                timestamps: spec.timestamps.name().into(),
+                generated_ids: generation.ids.clone(),
+                generated_text: generation.text.clone(),
+            },
+        },
+        ops: engine.ops().to_vec(),
+        tokens: engine.records().to_vec(),
+    }
+}
+
+/// Per-decode-token medians of one capture: the numbers the A/B table compares.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    pub decode_tokens: usize,
+    pub submits: f64,
+    pub barriers: f64,
+    pub descriptor_writes: f64,
+    pub dispatches: f64,
+    pub command_buffers_begun: f64,
+    pub fence_waits: f64,
+    pub host_enqueue_us: f64,
+    pub gpu_us: Option<f64>,
+    pub wall_us: f64,
+    pub tokens_per_s: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+}
+
+/// Medians over the decode tokens of `trace` (the prefill excluded).
+pub fn summarize(trace: &Trace) -> Summary {
+    let d: Vec<_> = trace.tokens.iter().filter(|t| t.phase == Phase::Decode).collect();
+    let m = |f: &dyn Fn(&profiler::trace::TokenRecord) -> f64| median(d.iter().map(|t| f(t)).collect());
+    let gpu: Vec<f64> = d.iter().filter_map(|t| t.gpu_busy_ns.map(|g| g as f64 / 1e3)).collect();
+    let wall_us = m(&|t| t.wall_ns as f64 / 1e3);
+    Summary {
+        decode_tokens: d.len(),
+        submits: m(&|t| t.counters.submits() as f64),
+        barriers: m(&|t| t.counters.barrier_calls as f64),
+        descriptor_writes: m(&|t| t.counters.descriptor_writes as f64),
+        dispatches: m(&|t| t.counters.dispatches as f64),
+        command_buffers_begun: m(&|t| t.counters.command_buffers_begun as f64),
+        fence_waits: m(&|t| t.counters.fence_waits as f64),
+        host_enqueue_us: m(&|t| t.host_enqueue_ns as f64 / 1e3),
+        gpu_us: (!gpu.is_empty()).then(|| median(gpu)),
+        wall_us,
+        tokens_per_s: if wall_us > 0.0 { 1e6 / wall_us } else { 0.0 },
+    }
+}
+
+fn fmt(v: f64) -> String {
+    if v == v.trunc() && v.abs() < 1e9 { format!("{v:.0}") } else if v.abs() >= 100.0 { format!("{v:.1}") } else { format!("{v:.2}") }
+}
+
+/// A table of per-decode-token medians, one column per named capture, with the ratio of the
+/// first to the last when there are two.
+pub fn table(columns: &[(&str, &Summary)]) -> String {
+    type Row = (&'static str, fn(&Summary) -> Option<f64>);
+    let rows: &[Row] = &[
+        ("decode tokens", |s| Some(s.decode_tokens as f64)),
+        ("submits / token", |s| Some(s.submits)),
+        ("barriers / token", |s| Some(s.barriers)),
+        ("descriptor writes / token", |s| Some(s.descriptor_writes)),
+        ("dispatches / token", |s| Some(s.dispatches)),
+        ("command buffers begun / token", |s| Some(s.command_buffers_begun)),
+        ("fence waits / token", |s| Some(s.fence_waits)),
+        ("host enqueue us / token", |s| Some(s.host_enqueue_us)),
+        ("GPU us / token", |s| s.gpu_us),
+        ("wall us / token", |s| Some(s.wall_us)),
+        ("tokens / s", |s| Some(s.tokens_per_s)),
+    ];
+    let mut cells: Vec<Vec<String>> = vec![];
+    let mut header = vec!["median per decode token".to_string()];
+    header.extend(columns.iter().map(|(n, _)| n.to_string()));
+    if columns.len() == 2 {
+        header.push(format!("{} / {}", columns[0].0, columns[1].0));
+    }
+    cells.push(header);
+    for (name, f) in rows {
+        let mut row = vec![name.to_string()];
+        let vals: Vec<Option<f64>> = columns.iter().map(|(_, s)| f(s)).collect();
+        row.extend(vals.iter().map(|v| v.map_or("-".into(), fmt)));
+        if columns.len() == 2 {
+            row.push(match (vals[0], vals[1]) {
+                (Some(a), Some(b)) if b != 0.0 => format!("{:.1}x", a / b),
+                (Some(a), Some(_)) if a == 0.0 => "=".into(),
+                _ => "-".into(),
+            });
+        }
+        cells.push(row);
+    }
+    let widths: Vec<usize> = (0..cells[0].len()).map(|c| cells.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for (i, r) in cells.iter().enumerate() {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, s)| if c == 0 { format!("{s:<w$}", w = widths[c]) } else { format!("{s:>w$}", w = widths[c]) })
+            .collect();
+        out.push_str(&line.join("  "));
+        out.push('\n');
+        if i == 0 {
+            out.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+            out.push('\n');
+        }
+    }
+    out
+}

@@ -1,0 +1,101 @@
+//! `decoder capture`: run one or both modes headless and write their traces.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use super::gpu::GpuArgs;
+use super::run::{ModelArgs, PromptArgs, load_model, prompt_ids};
+use crate::capture::{CaptureSpec, capture, summarize, table};
+use crate::exec::knobs::Mode;
+
+/// Which preset(s) to capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CaptureMode {
+    Generic,
+    Fused,
+    /// Both presets, one trace each, and the A/B table.
+    Both,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Preset to capture; `both` writes generic.json and fused.json into the --out directory.
+    #[arg(long, value_enum, default_value = "both")]
+    pub mode: CaptureMode,
+    /// Output trace file (one mode) or directory (`--mode both`).
+    #[arg(long, value_name = "PATH")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Decode tokens to generate (EOS is ignored so captures have the asked length).
+    #[arg(long, default_value_t = 32)]
+    pub max_tokens: usize,
+    /// Prompt length in tokens: the prompt is repeated until it has this many (0: as given).
+    #[arg(long, default_value_t = 0)]
+    pub context: usize,
+    /// Also read the logits back every step (as `run --dump` does; adds bytes to the counters).
+    #[arg(long)]
+    pub logits: bool,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+/// The prompt ids extended by repetition to `context` tokens (when `context` is larger).
+pub fn with_context(ids: Vec<u32>, context: usize) -> Vec<u32> {
+    if context <= ids.len() {
+        return ids;
+    }
+    ids.iter().copied().cycle().take(context).collect()
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let model = load_model(&args.model.model)?;
+    let ids = with_context(prompt_ids(&model, &args.prompt)?, args.context);
+    let gpu = args.gpu.open()?;
+    eprintln!("device: {} ({})", gpu.info().name, gpu.info().driver_name);
+    let modes: Vec<Mode> = match args.mode {
+        CaptureMode::Generic => vec![Mode::Generic],
+        CaptureMode::Fused => vec![Mode::Fused],
+        CaptureMode::Both => vec![Mode::Generic, Mode::Fused],
+    };
+    if args.mode == CaptureMode::Both {
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("cannot create the output directory {}", args.out.display()))?;
+    }
+    let mut summaries = Vec::new();
+    let mut texts = Vec::new();
+    for mode in modes {
+        let spec = CaptureSpec {
+            model_name: args.model.model.clone(),
+            prompt: args.prompt.prompt.clone(),
+            prompt_ids: ids.clone(),
+            decode_tokens: args.max_tokens,
+            knobs: args.gpu.knobs(mode),
+            timestamps: args.gpu.timestamps,
+            logits_readback: args.logits,
+        };
+        eprintln!("capturing {} ({}): {} prompt + {} decode tokens", mode.name(), spec.knobs, ids.len(), args.max_tokens);
+        let (trace, generation) = capture(&gpu, &model, &spec)?;
+        let path = if args.mode == CaptureMode::Both { args.out.join(format!("{}.json", mode.name())) } else { args.out.clone() };
+        write(&path, &trace)?;
+        eprintln!("wrote {}", path.display());
+        summaries.push((mode.name(), summarize(&trace)));
+        texts.push((mode.name(), generation.text));
+    }
+    let cols: Vec<(&str, &crate::capture::Summary)> = summaries.iter().map(|(n, s)| (*n, s)).collect();
+    println!("{}", table(&cols));
+    for (name, text) in &texts {
+        println!("{name}: {text:?}");
+    }
+    if texts.len() == 2 && texts[0].1 != texts[1].1 {
+        anyhow::bail!("the two modes generated different text; one of them is wrong");
+    }
+    Ok(())
+}
+
+fn write(path: &Path, trace: &profiler::trace::Trace) -> anyhow::Result<()> {
+    profiler::io::write_trace(path, trace).with_context(|| format!("cannot write the trace {}", path.display()))
+}

@@ -1,0 +1,882 @@
+//! The Vulkan backend: uploads the weights, lowers the model with the chosen kernels, and runs
+//! each step under the other five knobs, recording counters, host spans and GPU timestamps into
+//! trace records.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range as StdRange;
+
+use anyhow::{Context as _, anyhow, bail};
+use profiler::trace::{ClockMeta, GpuSpan, OpInfo, Phase, TokenRecord};
+
+use super::knobs::{Barriers, Descriptors, Knobs, Recording, Submit, Sync};
+use super::program::{Access, Action, Buf, Grid, Range, Shape, Step, Tuning, lower};
+use super::spans::SpanLog;
+use super::kernels::TokenParams;
+use crate::generate::{Backend, StepOutput, argmax};
+use crate::host_span;
+use crate::model::{ModelConfig, Weights};
+use crate::vk::{
+    BufRange, Buffer, BufferDesc, Cmd, DescSet, FenceId, Gpu, Pipeline, PipelineDesc, QueryPool, Queue, Recorder,
+    SetLifetime, host_now_ns,
+};
+
+/// GPU timestamp level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Timestamps {
+    Off,
+    Token,
+    Region,
+    Dispatch,
+}
+
+impl Timestamps {
+    pub fn name(self) -> &'static str {
+        match self {
+            Timestamps::Off => "off",
+            Timestamps::Token => "token",
+            Timestamps::Region => "region",
+            Timestamps::Dispatch => "dispatch",
+        }
+    }
+}
+
+/// How to build an engine.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineOptions {
+    pub knobs: Knobs,
+    pub timestamps: Timestamps,
+    /// Positions the KV cache holds (prompt + generated tokens).
+    pub max_seq: u32,
+    /// Most tokens one step processes (the prompt length).
+    pub max_batch: u32,
+    /// Read the logits back every step even where the kernels pick the token on the GPU (for
+    /// `--dump` and the correctness tests; adds a copy and `4 * vocab` bytes per token).
+    pub logits_readback: bool,
+}
+
+/// A GPU timestamp span of a prepared program: an op, the steps it covers, its two queries.
+#[derive(Clone, Debug)]
+struct SpanDef {
+    op: u32,
+    first: usize,
+    last: usize,
+    query: u32,
+}
+
+/// A lowered program ready to run: its steps split into submit chunks, its descriptor sets when
+/// they are bound once, its timestamp spans and query pool.
+struct Prepared {
+    n_tokens: u32,
+    steps: Vec<Step>,
+    chunks: Vec<(Cmd, StdRange<usize>)>,
+    sets: Vec<Option<DescSet>>,
+    spans: Vec<SpanDef>,
+    queries: Option<QueryPool>,
+    recorded: bool,
+}
+
+/// The Vulkan decoder for one model under one knob setting.
+pub struct Engine {
+    rec: Recorder,
+    shape: Shape,
+    tuning: Tuning,
+    opts: EngineOptions,
+    tied: bool,
+    bufs: BTreeMap<Buf, Buffer>,
+    pipelines: HashMap<PipelineDesc, Pipeline>,
+    cached_sets: HashMap<(PipelineDesc, Vec<(Buf, u64, u64)>), DescSet>,
+    decode: Option<Prepared>,
+    fence: FenceId,
+    ops: Vec<OpInfo>,
+    op_index: HashMap<String, u32>,
+    records: Vec<TokenRecord>,
+    /// Barrier tracking: ranges (buffer, offset, bytes, written) touched since the last barrier.
+    track: Vec<(Buf, u64, u64, bool)>,
+    epoch_ns: u64,
+    clock: ClockMeta,
+    period_ns: f64,
+    valid_mask: u64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("knobs", &self.opts.knobs).finish()
+    }
+}
+
+/// The lowering's shape of a model config with a KV capacity of `max_seq`.
+pub fn shape_of(cfg: &ModelConfig, max_seq: u32) -> Shape {
+    Shape {
+        layers: cfg.layers as u32,
+        hidden: cfg.hidden as u32,
+        heads: cfg.heads as u32,
+        kv_heads: cfg.kv_heads as u32,
+        head_dim: cfg.head_dim as u32,
+        intermediate: cfg.intermediate as u32,
+        vocab: cfg.vocab as u32,
+        eps: cfg.rms_norm_eps,
+        qk_norm: cfg.qk_norm,
+        max_seq,
+    }
+}
+
+fn f16_bytes(data: &[f32]) -> Vec<u8> {
+    let h: Vec<half::f16> = data.iter().map(|v| half::f16::from_f32(*v)).collect();
+    bytemuck::cast_slice(&h).to_vec()
+}
+
+fn f32_bytes(data: &[f32]) -> Vec<u8> {
+    bytemuck::cast_slice(data).to_vec()
+}
+
+impl Engine {
+    /// Uploads `weights` to `gpu` and prepares the decode program under `opts`.
+    pub fn new(gpu: &Gpu, cfg: &ModelConfig, weights: &Weights, opts: EngineOptions) -> anyhow::Result<Engine> {
+        let info = gpu.info().clone();
+        opts.knobs.validate(info.push_descriptors).map_err(|e| anyhow!(e))?;
+        if opts.timestamps != Timestamps::Off && !info.timestamps {
+            bail!("device {:?} cannot write timestamps on its compute queue; use --timestamps off", info.name);
+        }
+        let shape = shape_of(cfg, opts.max_seq);
+        let tuning = Tuning::for_device(info.compute_units, info.subgroup_size, opts.max_seq, shape.kv_heads);
+        let mut rec = Recorder::new(gpu)?;
+        let fence = rec.new_fence()?;
+        let epoch_ns = host_now_ns();
+        let valid_mask = if info.timestamp_valid_bits >= 64 { u64::MAX } else { (1u64 << info.timestamp_valid_bits) - 1 };
+        let mut engine = Engine {
+            rec,
+            shape,
+            tuning,
+            opts,
+            tied: weights.lm_head.is_none(),
+            bufs: BTreeMap::new(),
+            pipelines: HashMap::new(),
+            cached_sets: HashMap::new(),
+            decode: None,
+            fence,
+            ops: Vec::new(),
+            op_index: HashMap::new(),
+            records: Vec::new(),
+            track: Vec::new(),
+            epoch_ns,
+            clock: ClockMeta { calibrated: false, method: "none".into(), ..Default::default() },
+            period_ns: info.timestamp_period_ns as f64,
+            valid_mask,
+        };
+        engine.create_buffers(cfg)?;
+        engine.upload_weights(cfg, weights)?;
+        engine.calibrate()?;
+        let decode = engine.prepare(1)?;
+        engine.decode = Some(decode);
+        // Setup work (uploads, bound-once descriptors, a replayed recording) is not a token's.
+        engine.rec.take_counters();
+        Ok(engine)
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
+    }
+    pub fn knobs(&self) -> &Knobs {
+        &self.opts.knobs
+    }
+    pub fn gpu(&self) -> &Gpu {
+        self.rec.gpu()
+    }
+    pub fn epoch_ns(&self) -> u64 {
+        self.epoch_ns
+    }
+    pub fn clock(&self) -> &ClockMeta {
+        &self.clock
+    }
+    /// The per-op facts table the records' GPU spans index.
+    pub fn ops(&self) -> &[OpInfo] {
+        &self.ops
+    }
+    /// The trace records of the steps run so far.
+    pub fn records(&self) -> &[TokenRecord] {
+        &self.records
+    }
+
+    fn calibrate(&mut self) -> anyhow::Result<()> {
+        if self.opts.timestamps == Timestamps::Off {
+            return Ok(());
+        }
+        let method = self.gpu().info().calibrated_timestamps.clone();
+        match (self.gpu().calibrate()?, method) {
+            (Some(c), Some(m)) => {
+                let gpu_ns = ((c.gpu_ticks & self.valid_mask) as f64 * self.period_ns) as i64;
+                self.clock = ClockMeta {
+                    calibrated: true,
+                    method: m,
+                    max_deviation_ns: Some(c.max_deviation_ns),
+                    gpu_minus_host_ns: gpu_ns - c.host_ns as i64,
+                };
+            }
+            _ => {
+                self.clock = ClockMeta { calibrated: false, method: "fence-fallback".into(), ..Default::default() };
+            }
+        }
+        Ok(())
+    }
+
+    fn create_buffers(&mut self, cfg: &ModelConfig) -> anyhow::Result<()> {
+        let s = self.shape;
+        let (b, h, f32b, f16b) = (self.opts.max_batch.max(1) as u64, s.hidden as u64, 4u64, 2u64);
+        let (qd, kvd, inter) = (s.q_dim() as u64, s.kv_dim() as u64, s.intermediate as u64);
+        let mut want: Vec<(Buf, BufferDesc, String)> = vec![
+            (Buf::Embed, BufferDesc::device(s.vocab as u64 * h * f16b), "embed_tokens".into()),
+            (Buf::FinalNorm, BufferDesc::device(h * f32b), "norm".into()),
+            (Buf::RopeTable, BufferDesc::device(s.max_seq as u64 * s.head_dim as u64 * f32b), "rope_table".into()),
+            (Buf::Ids, BufferDesc::upload(b * 4), "ids".into()),
+            (Buf::Params, BufferDesc::upload(std::mem::size_of::<TokenParams>() as u64), "params".into()),
+            (Buf::X, BufferDesc::device(b * h * f32b), "x".into()),
+            (Buf::H, BufferDesc::device(b * h * f32b), "h".into()),
+            (Buf::QRaw, BufferDesc::device(b * qd * f32b), "q_raw".into()),
+            (Buf::KRaw, BufferDesc::device(b * kvd * f32b), "k_raw".into()),
+            (Buf::Q, BufferDesc::device(b * qd * f32b), "q".into()),
+            (Buf::K, BufferDesc::device(b * kvd * f32b), "k".into()),
+            (Buf::V, BufferDesc::device(b * kvd * f32b), "v".into()),
+            (Buf::Qkv, BufferDesc::device(s.qkv_rows() as u64 * f32b), "qkv".into()),
+            (Buf::Scores, BufferDesc::device(b * s.heads as u64 * s.max_seq as u64 * f32b), "scores".into()),
+            (
+                Buf::Partial,
+                BufferDesc::device(s.heads as u64 * self.tuning.n_splits as u64 * (s.head_dim as u64 + 2) * f32b),
+                "attn_partial".into(),
+            ),
+            (Buf::Attn, BufferDesc::device(b * qd * f32b), "attn".into()),
+            (Buf::Tmp, BufferDesc::device(b * h * f32b), "tmp".into()),
+            (Buf::Gate, BufferDesc::device(b * inter * f32b), "gate".into()),
+            (Buf::Up, BufferDesc::device(b * inter * f32b), "up".into()),
+            (Buf::Act, BufferDesc::device(b * inter * f32b), "act".into()),
+            (Buf::Logits, BufferDesc::device(s.vocab as u64 * f32b), "logits".into()),
+            (Buf::LogitsReadback, BufferDesc::readback(s.vocab as u64 * f32b), "logits_readback".into()),
+            (Buf::ArgmaxOut, BufferDesc::readback(8), "argmax_out".into()),
+        ];
+        if !self.tied {
+            want.push((Buf::LmHead, BufferDesc::device(s.vocab as u64 * h * f16b), "lm_head".into()));
+        }
+        for l in 0..s.layers {
+            let p = format!("model.layers.{l}");
+            want.extend([
+                (Buf::AttnNorm(l), BufferDesc::device(h * f32b), format!("{p}.input_layernorm")),
+                (Buf::MlpNorm(l), BufferDesc::device(h * f32b), format!("{p}.post_attention_layernorm")),
+                (Buf::Wqkv(l), BufferDesc::device(s.qkv_rows() as u64 * h * f16b), format!("{p}.self_attn.qkv_proj")),
+                (Buf::Wo(l), BufferDesc::device(h * qd * f16b), format!("{p}.self_attn.o_proj")),
+                (Buf::WGateUp(l), BufferDesc::device(2 * inter * h * f16b), format!("{p}.mlp.gate_up_proj")),
+                (Buf::WDown(l), BufferDesc::device(h * inter * f16b), format!("{p}.mlp.down_proj")),
+                (Buf::KCache(l), BufferDesc::device(s.max_seq as u64 * kvd * f32b), format!("{p}.k_cache")),
+                (Buf::VCache(l), BufferDesc::device(s.max_seq as u64 * kvd * f32b), format!("{p}.v_cache")),
+            ]);
+            if cfg.qk_norm {
+                want.push((Buf::QNorm(l), BufferDesc::device(s.head_dim as u64 * f32b), format!("{p}.self_attn.q_norm")));
+                want.push((Buf::KNorm(l), BufferDesc::device(s.head_dim as u64 * f32b), format!("{p}.self_attn.k_norm")));
+            }
+        }
+        let align = self.gpu().info().min_storage_buffer_offset_alignment.max(1);
+        for sub in [qd * h * f16b, (qd + kvd) * h * f16b, inter * h * f16b, h * f32b, kvd * f32b] {
+            if sub % align != 0 {
+                bail!(
+                    "this model's tensor sizes give a buffer offset of {sub} bytes, not a multiple of the \
+                     device's minStorageBufferOffsetAlignment ({align}); decodescope cannot bind it"
+                );
+            }
+        }
+        for (buf, desc, name) in want {
+            let b = self.gpu().create_buffer(desc, &name).with_context(|| format!("creating buffer {name}"))?;
+            self.bufs.insert(buf, b);
+        }
+        Ok(())
+    }
+
+    fn upload_weights(&mut self, cfg: &ModelConfig, w: &Weights) -> anyhow::Result<()> {
+        let s = self.shape;
+        let total: u64 = w.tensors().iter().map(|t| t.data.len() as u64).sum();
+        let bar = indicatif::ProgressBar::new(total).with_message("uploading weights");
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {percent}% ({eta})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let mut jobs: Vec<(Buf, Vec<u8>, u64)> = vec![
+            (Buf::Embed, f16_bytes(&w.embed_tokens.data), w.embed_tokens.data.len() as u64),
+            (Buf::FinalNorm, f32_bytes(&w.norm.data), w.norm.data.len() as u64),
+        ];
+        if let Some(lm) = &w.lm_head {
+            jobs.push((Buf::LmHead, f16_bytes(&lm.data), lm.data.len() as u64));
+        }
+        // The RoPE table: (cos, sin) of pos * inv_freq[i] in f32, as the CPU reference computes.
+        let inv = cfg.rope_inv_freq();
+        let mut table = Vec::with_capacity(s.max_seq as usize * inv.len() * 2);
+        for pos in 0..s.max_seq {
+            for f in &inv {
+                let a = pos as f32 * f;
+                table.push(a.cos());
+                table.push(a.sin());
+            }
+        }
+        jobs.push((Buf::RopeTable, f32_bytes(&table), 0));
+        for (b, bytes, n) in jobs {
+            let key = if b == Buf::LmHead && self.tied { Buf::Embed } else { b };
+            let buf = self.bufs.get(&key).ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?;
+            self.rec.upload(buf, 0, &bytes).with_context(|| format!("uploading {}", buf.name()))?;
+            bar.inc(n);
+        }
+        for (l, lw) in w.layers.iter().enumerate() {
+            let l = l as u32;
+            let mut qkv = f16_bytes(&lw.q_proj.data);
+            qkv.extend(f16_bytes(&lw.k_proj.data));
+            qkv.extend(f16_bytes(&lw.v_proj.data));
+            let mut gu = f16_bytes(&lw.gate_proj.data);
+            gu.extend(f16_bytes(&lw.up_proj.data));
+            let mut jobs = vec![
+                (Buf::AttnNorm(l), f32_bytes(&lw.input_layernorm.data)),
+                (Buf::MlpNorm(l), f32_bytes(&lw.post_attention_layernorm.data)),
+                (Buf::Wqkv(l), qkv),
+                (Buf::Wo(l), f16_bytes(&lw.o_proj.data)),
+                (Buf::WGateUp(l), gu),
+                (Buf::WDown(l), f16_bytes(&lw.down_proj.data)),
+            ];
+            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                jobs.push((Buf::QNorm(l), f32_bytes(&qn.data)));
+                jobs.push((Buf::KNorm(l), f32_bytes(&kn.data)));
+            }
+            for (b, bytes) in jobs {
+                let buf = self.bufs.get(&b).ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?;
+                self.rec.upload(buf, 0, &bytes).with_context(|| format!("uploading {}", buf.name()))?;
+            }
+            let n: u64 = [&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate_proj, &lw.up_proj, &lw.down_proj]
+                .iter()
+                .map(|t| t.data.len() as u64)
+                .sum::<u64>()
+                + (2 * s.hidden) as u64;
+            bar.inc(n);
+        }
+        bar.finish_and_clear();
+        Ok(())
+    }
+
+    fn op_id(&mut self, step: &Step) -> u32 {
+        if let Some(&i) = self.op_index.get(&step.label) {
+            return i;
+        }
+        let i = self.ops.len() as u32;
+        self.ops.push(step.facts.clone());
+        self.op_index.insert(step.label.clone(), i);
+        i
+    }
+
+    fn region_op(&mut self, label: String, kind: &str, steps: &[Step]) -> u32 {
+        if let Some(&i) = self.op_index.get(&label) {
+            return i;
+        }
+        let mut f = OpInfo { label: label.clone(), kind: kind.into(), ..Default::default() };
+        for s in steps {
+            f.bytes_read += s.facts.bytes_read;
+            f.bytes_written += s.facts.bytes_written;
+            f.flops += s.facts.flops;
+            f.bytes_read_per_kv += s.facts.bytes_read_per_kv;
+            f.bytes_written_per_kv += s.facts.bytes_written_per_kv;
+            f.flops_per_kv += s.facts.flops_per_kv;
+        }
+        let i = self.ops.len() as u32;
+        self.ops.push(f);
+        self.op_index.insert(label, i);
+        i
+    }
+
+    /// Lowers and prepares the program of a step over `n_tokens` tokens.
+    fn prepare(&mut self, n_tokens: u32) -> anyhow::Result<Prepared> {
+        let k = self.opts.knobs;
+        let steps = lower(&self.shape, &self.tuning, k.kernels, n_tokens, self.opts.logits_readback);
+        let gpu_steps: Vec<usize> =
+            (0..steps.len()).filter(|&i| !matches!(steps[i].action, Action::HostRead)).collect();
+        // Submit chunks.
+        let mut bounds: Vec<usize> = vec![0];
+        for (j, &i) in gpu_steps.iter().enumerate().skip(1) {
+            let split = match k.submit {
+                Submit::Dispatch => true,
+                Submit::Every(n) => j % n as usize == 0,
+                Submit::PerLayer => {
+                    let prev = steps[gpu_steps[j - 1]].region.layer(self.shape.layers);
+                    steps[i].region.layer(self.shape.layers) != prev
+                }
+                Submit::Token => false,
+            };
+            if split {
+                bounds.push(i);
+            }
+        }
+        bounds.push(steps.len());
+        let mut chunks = Vec::new();
+        for w in bounds.windows(2) {
+            let cmd = self.rec.new_cmd(Queue::Compute)?;
+            chunks.push((cmd, w[0]..w[1]));
+        }
+        // Timestamp spans.
+        let mut spans = Vec::new();
+        match self.opts.timestamps {
+            Timestamps::Off => {}
+            Timestamps::Token => {
+                if let (Some(&first), Some(&last)) = (gpu_steps.first(), gpu_steps.last()) {
+                    let op = self.region_op("token".into(), "token", &steps);
+                    spans.push(SpanDef { op, first, last, query: 0 });
+                }
+            }
+            Timestamps::Region => {
+                let mut j = 0;
+                while j < gpu_steps.len() {
+                    let region = steps[gpu_steps[j]].region;
+                    let mut e = j;
+                    while e + 1 < gpu_steps.len() && steps[gpu_steps[e + 1]].region == region {
+                        e += 1;
+                    }
+                    let covered: Vec<Step> = (j..=e).map(|x| steps[gpu_steps[x]].clone()).collect();
+                    let op = self.region_op(region.label(), "region", &covered);
+                    spans.push(SpanDef { op, first: gpu_steps[j], last: gpu_steps[e], query: 2 * spans.len() as u32 });
+                    j = e + 1;
+                }
+            }
+            Timestamps::Dispatch => {
+                for &i in &gpu_steps {
+                    let op = self.op_id(&steps[i]);
+                    spans.push(SpanDef { op, first: i, last: i, query: 2 * spans.len() as u32 });
+                }
+            }
+        }
+        for s in &steps {
+            if !matches!(s.action, Action::HostRead) {
+                self.op_id(s);
+            }
+        }
+        let queries = if spans.is_empty() { None } else { Some(self.rec.create_query_pool(2 * spans.len() as u32)?) };
+        let mut prepared = Prepared {
+            n_tokens,
+            steps,
+            chunks,
+            sets: Vec::new(),
+            spans,
+            queries,
+            recorded: false,
+        };
+        // Pipelines, and descriptor sets bound once.
+        for i in 0..prepared.steps.len() {
+            let set = if let Action::Dispatch { .. } = prepared.steps[i].action {
+                let desc = self.pipeline_desc(&prepared.steps[i]);
+                self.pipeline(desc)?;
+                if k.descriptors == Descriptors::BoundOnce {
+                    Some(self.write_new_set(&prepared.steps[i], SetLifetime::Persistent)?)
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            prepared.sets.push(set);
+        }
+        if k.recording == Recording::Once && n_tokens == 1 {
+            let mut log = SpanLog::new(self.epoch_ns);
+            for c in 0..prepared.chunks.len() {
+                self.record_chunk(&mut prepared, c, 0, &mut log)?;
+            }
+            prepared.recorded = true;
+        }
+        Ok(prepared)
+    }
+
+    fn pipeline_desc(&self, step: &Step) -> PipelineDesc {
+        let Action::Dispatch { shader, spec, push, .. } = &step.action else {
+            unreachable!("pipeline_desc is only asked for dispatches")
+        };
+        PipelineDesc {
+            shader: *shader,
+            bindings: step.binds.len() as u32,
+            push_bytes: push.len() as u32,
+            spec: *spec,
+            push_descriptor: self.opts.knobs.descriptors == Descriptors::Push,
+        }
+    }
+
+    fn pipeline(&mut self, desc: PipelineDesc) -> anyhow::Result<&Pipeline> {
+        if !self.pipelines.contains_key(&desc) {
+            let p = self
+                .gpu()
+                .create_pipeline(desc)
+                .with_context(|| format!("creating the pipeline of shader {}", desc.shader.name()))?;
+            self.pipelines.insert(desc, p);
+        }
+        self.pipelines.get(&desc).ok_or_else(|| anyhow!("internal: pipeline missing"))
+    }
+
+    fn ranges<'a>(bufs: &'a BTreeMap<Buf, Buffer>, tied: bool, binds: &[super::program::Bind]) -> anyhow::Result<Vec<BufRange<'a>>> {
+        binds
+            .iter()
+            .map(|b| {
+                let key = if b.range.buf == Buf::LmHead && tied { Buf::Embed } else { b.range.buf };
+                let buffer = bufs.get(&key).ok_or_else(|| anyhow!("internal: buffer {key:?} missing"))?;
+                Ok(BufRange { buffer, offset: b.range.offset, bytes: b.range.bytes })
+            })
+            .collect()
+    }
+
+    fn write_new_set(&mut self, step: &Step, lifetime: SetLifetime) -> anyhow::Result<DescSet> {
+        let desc = self.pipeline_desc(step);
+        self.pipeline(desc)?;
+        let Engine { rec, pipelines, bufs, tied, .. } = self;
+        let p = pipelines.get(&desc).ok_or_else(|| anyhow!("internal: pipeline missing"))?;
+        let set = rec.alloc_set(p, lifetime)?;
+        let ranges = Self::ranges(bufs, *tied, &step.binds)?;
+        rec.write_set(set, &ranges);
+        Ok(set)
+    }
+
+    /// Descriptor sets for the dispatches of chunk `c` that need one now (per-dispatch: a new set
+    /// each time; cached: the first time a binding combination is seen).
+    fn chunk_sets(&mut self, p: &Prepared, c: usize) -> anyhow::Result<Vec<Option<DescSet>>> {
+        let range = p.chunks[c].1.clone();
+        let mut out = Vec::with_capacity(range.len());
+        for i in range {
+            let step = &p.steps[i];
+            let set = match (&step.action, self.opts.knobs.descriptors) {
+                (Action::Dispatch { .. }, Descriptors::PerDispatch) => Some(self.write_new_set(step, SetLifetime::Transient)?),
+                (Action::Dispatch { .. }, Descriptors::Cached) => {
+                    let key = (
+                        self.pipeline_desc(step),
+                        step.binds.iter().map(|b| (b.range.buf, b.range.offset, b.range.bytes)).collect::<Vec<_>>(),
+                    );
+                    match self.cached_sets.get(&key) {
+                        Some(s) => Some(*s),
+                        None => {
+                            let s = self.write_new_set(step, SetLifetime::Persistent)?;
+                            self.cached_sets.insert(key, s);
+                            Some(s)
+                        }
+                    }
+                }
+                (Action::Dispatch { .. }, Descriptors::BoundOnce) => p.sets[i],
+                _ => None,
+            };
+            out.push(set);
+        }
+        Ok(out)
+    }
+
+    /// Records chunk `c` of `p` for a step at position `pos0` (only primitive KV copies and
+    /// KV-scaled grids depend on it; replayed programs never do).
+    fn record_chunk(&mut self, p: &mut Prepared, c: usize, pos0: u32, log: &mut SpanLog) -> anyhow::Result<()> {
+        let sets = if matches!(self.opts.knobs.descriptors, Descriptors::PerDispatch | Descriptors::Cached) {
+            host_span!(log, "descriptors", 1, { self.chunk_sets(p, c)? })
+        } else {
+            p.chunks[c].1.clone().map(|i| p.sets[i]).collect()
+        };
+        host_span!(log, "record", 1, {
+            self.record_steps(p, c, pos0, &sets)?;
+        });
+        Ok(())
+    }
+
+    fn record_steps(&mut self, p: &mut Prepared, c: usize, pos0: u32, sets: &[Option<DescSet>]) -> anyhow::Result<()> {
+        let (cmd, range) = (p.chunks[c].0, p.chunks[c].1.clone());
+        let kv_len = pos0 + p.n_tokens;
+        let barriers = self.opts.knobs.barriers;
+        let descriptors = self.opts.knobs.descriptors;
+        let descs: Vec<Option<PipelineDesc>> = range
+            .clone()
+            .map(|i| matches!(p.steps[i].action, Action::Dispatch { .. }).then(|| self.pipeline_desc(&p.steps[i])))
+            .collect();
+        let Engine { rec, pipelines, bufs, tied, track, .. } = self;
+        rec.begin(cmd)?;
+        if c == 0 {
+            // Tracking starts fresh each step: the previous step's wait ordered everything before it.
+            track.clear();
+        }
+        let mut bound: Option<PipelineDesc> = None;
+        for (j, i) in range.clone().enumerate() {
+            let step = &p.steps[i];
+            if barriers == Barriers::Tracked {
+                if hazard(track, &step.binds, pos0, &step.action) {
+                    rec.full_barrier(cmd);
+                    track.clear();
+                }
+                touch(track, &step.binds, pos0, &step.action);
+            }
+            if let Action::HostRead = step.action {
+                continue;
+            }
+            if let Some(q) = &p.queries {
+                for s in p.spans.iter().filter(|s| s.first == i) {
+                    rec.write_timestamp(cmd, q, s.query, true);
+                }
+            }
+            rec.begin_label(cmd, &step.label);
+            match &step.action {
+                Action::Dispatch { push, grid, .. } => {
+                    let desc = descs[j].ok_or_else(|| anyhow!("internal: dispatch without pipeline"))?;
+                    let pl = pipelines.get(&desc).ok_or_else(|| anyhow!("internal: pipeline missing"))?;
+                    if bound != Some(desc) {
+                        rec.bind_pipeline(cmd, pl);
+                        bound = Some(desc);
+                    }
+                    if descriptors == Descriptors::Push {
+                        let ranges = Self::ranges(bufs, *tied, &step.binds)?;
+                        rec.push_set(cmd, pl, &ranges)?;
+                    } else {
+                        let set = sets[j].ok_or_else(|| anyhow!("internal: no descriptor set for {}", step.label))?;
+                        rec.bind_set(cmd, pl, set);
+                    }
+                    if !push.is_empty() {
+                        rec.push_constants(cmd, pl, push);
+                    }
+                    let groups = match *grid {
+                        Grid::Fixed(g) => g,
+                        Grid::KvScaled { per, y, z } => [kv_len.div_ceil(per), y, z],
+                    };
+                    rec.dispatch(cmd, groups);
+                }
+                Action::Copy { dst_per_pos } => {
+                    let r = Self::ranges(bufs, *tied, &step.binds)?;
+                    rec.copy(cmd, r[0], r[1].buffer, r[1].offset + pos0 as u64 * dst_per_pos);
+                }
+                Action::HostRead => {}
+            }
+            rec.end_label(cmd);
+            if barriers == Barriers::Full {
+                rec.full_barrier(cmd);
+            }
+            if let Some(q) = &p.queries {
+                for s in p.spans.iter().filter(|s| s.last == i) {
+                    rec.write_timestamp(cmd, q, s.query + 1, false);
+                }
+            }
+        }
+        rec.end(cmd)?;
+        Ok(())
+    }
+
+    /// Runs one step (the prompt, or one decode token) and records its trace record.
+    fn run(&mut self, tokens: &[u32], pos0: u32, phase: Phase) -> anyhow::Result<StepOutput> {
+        let n = tokens.len() as u32;
+        if pos0 + n > self.shape.max_seq {
+            bail!(
+                "position {} is past the KV cache's {} positions; raise --max-tokens/--context capacity",
+                pos0 + n,
+                self.shape.max_seq
+            );
+        }
+        if n > self.opts.max_batch.max(1) {
+            bail!("a step of {n} tokens exceeds the engine's batch capacity of {}", self.opts.max_batch);
+        }
+        let start_ns = host_now_ns();
+        let mut log = SpanLog::new(self.epoch_ns);
+        let token_span = log.open("token", 0);
+        puffin::profile_scope!("token");
+        let mut p = if n == 1 {
+            self.decode.take().ok_or_else(|| anyhow!("internal: decode program missing"))?
+        } else {
+            host_span!(log, "record", 1, { self.prepare(n)? })
+        };
+        let result = self.execute(&mut p, tokens, pos0, &mut log, start_ns);
+        if n == 1 {
+            self.decode = Some(p);
+        }
+        let (out, gpu_spans, gpu_busy) = result?;
+        log.close(token_span);
+        let wall_ns = host_now_ns().saturating_sub(start_ns);
+        let host_wait_ns = log.total_ns("wait");
+        let host_enqueue_ns = log.total_ns("record") + log.total_ns("descriptors") + log.total_ns("submit");
+        let counters = self.rec.take_counters();
+        self.records.push(TokenRecord {
+            index: self.records.len() as u32,
+            phase,
+            position: pos0,
+            n_tokens: n,
+            kv_len: pos0 + n,
+            token_id: Some(out.argmax),
+            start_ns: start_ns.saturating_sub(self.epoch_ns),
+            wall_ns,
+            host_enqueue_ns,
+            host_wait_ns,
+            gpu_busy_ns: gpu_busy,
+            counters,
+            host_spans: log.spans,
+            gpu_spans,
+        });
+        Ok(out)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn execute(
+        &mut self,
+        p: &mut Prepared,
+        tokens: &[u32],
+        pos0: u32,
+        log: &mut SpanLog,
+        start_ns: u64,
+    ) -> anyhow::Result<(StepOutput, Vec<GpuSpan>, Option<u64>)> {
+        let n = tokens.len() as u32;
+        let k = self.opts.knobs;
+        let replay = p.recorded && k.recording == Recording::Once;
+        host_span!(log, "record", 1, {
+            let params = TokenParams { pos0, n_tokens: n, kv_len: pos0 + n, pad0: 0 };
+            let Engine { rec, bufs, .. } = self;
+            let ids = bufs.get_mut(&Buf::Ids).ok_or_else(|| anyhow!("internal: ids buffer missing"))?;
+            rec.write(ids, 0, bytemuck::cast_slice(tokens))?;
+            let pb = bufs.get_mut(&Buf::Params).ok_or_else(|| anyhow!("internal: params buffer missing"))?;
+            rec.write(pb, 0, bytemuck::bytes_of(&params))?;
+            if !replay && matches!(k.descriptors, Descriptors::PerDispatch) {
+                rec.reset_transient_sets()?;
+            }
+            if let Some(q) = &p.queries {
+                rec.reset_queries(q, 0, q.count())?;
+            }
+        });
+        let mut chunk_of_step = vec![0u32; p.steps.len()];
+        let last = p.chunks.len() - 1;
+        for c in 0..p.chunks.len() {
+            for i in p.chunks[c].1.clone() {
+                chunk_of_step[i] = c as u32;
+            }
+            if !replay {
+                self.record_chunk(p, c, pos0, log)?;
+            }
+            let signal = k.sync == Sync::Submit || c == last;
+            let fence = self.fence;
+            host_span!(log, "submit", 1, {
+                self.rec.submit(&[p.chunks[c].0], signal.then_some(fence))?;
+            });
+            if signal {
+                host_span!(log, "wait", 1, {
+                    self.rec.wait(fence)?;
+                });
+            }
+        }
+        let wait_end = host_now_ns();
+        // Readback: the token (and the logits where they are read back).
+        let logits_read = p.steps.iter().any(|s| {
+            matches!(s.action, Action::HostRead) && s.binds.first().is_some_and(|b| b.range.buf == Buf::LogitsReadback)
+        });
+        let argmax_read = p.steps.iter().any(|s| {
+            matches!(s.action, Action::HostRead) && s.binds.first().is_some_and(|b| b.range.buf == Buf::ArgmaxOut)
+        });
+        let (logits, gpu_token, raw_ts) = host_span!(log, "readback", 1, {
+            let logits = if logits_read {
+                let mut bytes = vec![0u8; self.shape.vocab as usize * 4];
+                let b = self.bufs.get(&Buf::LogitsReadback).ok_or_else(|| anyhow!("internal: readback missing"))?;
+                self.rec.read(b, 0, &mut bytes)?;
+                Some(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<f32>>())
+            } else {
+                None
+            };
+            let gpu_token = if argmax_read {
+                let mut word = [0u8; 4];
+                let b = self.bufs.get(&Buf::ArgmaxOut).ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
+                self.rec.read(b, 0, &mut word)?;
+                Some(u32::from_le_bytes(word))
+            } else {
+                None
+            };
+            let raw = match &p.queries {
+                Some(q) => self.rec.read_queries(q, 0, q.count())?,
+                None => Vec::new(),
+            };
+            (logits, gpu_token, raw)
+        });
+        let argmax_id = host_span!(log, "sample", 1, {
+            match (gpu_token, &logits) {
+                (Some(t), _) => t,
+                (None, Some(l)) => argmax(l),
+                (None, None) => bail!("internal: the program read back neither logits nor a token"),
+            }
+        });
+        let (gpu_spans, busy) = self.gpu_spans(p, &raw_ts, &chunk_of_step, wait_end, start_ns);
+        Ok((StepOutput { logits, argmax: argmax_id }, gpu_spans, busy))
+    }
+
+    /// Converts raw timestamps to GPU spans on the host timeline (relative to the epoch) and the
+    /// step's GPU busy time (the union of its spans).
+    fn gpu_spans(&self, p: &Prepared, raw: &[u64], chunk_of_step: &[u32], wait_end: u64, start_ns: u64) -> (Vec<GpuSpan>, Option<u64>) {
+        if p.spans.is_empty() || raw.is_empty() {
+            return (Vec::new(), None);
+        }
+        let ns = |t: u64| ((t & self.valid_mask) as f64 * self.period_ns) as i64;
+        let offset = if self.clock.calibrated {
+            self.clock.gpu_minus_host_ns
+        } else {
+            // Fallback: the step's last GPU timestamp happened no later than the wait returned.
+            let last_end = p.spans.iter().map(|s| ns(raw[s.query as usize + 1])).max().unwrap_or(0);
+            last_end - wait_end as i64
+        };
+        let epoch = self.epoch_ns as i64;
+        let mut spans: Vec<GpuSpan> = p
+            .spans
+            .iter()
+            .map(|s| {
+                let a = ns(raw[s.query as usize]) - offset - epoch;
+                let b = ns(raw[s.query as usize + 1]) - offset - epoch;
+                let start = a.max(start_ns as i64 - epoch).max(0) as u64;
+                let end = (b.max(a)).max(0) as u64;
+                GpuSpan(s.op, start, end.saturating_sub(start), 0, chunk_of_step[s.first])
+            })
+            .collect();
+        spans.sort_by_key(|s| s.1);
+        let mut busy = 0u64;
+        let mut cur: Option<(u64, u64)> = None;
+        for s in &spans {
+            let (a, b) = (s.1, s.1 + s.2);
+            cur = match cur {
+                Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
+                Some((ca, cb)) => {
+                    busy += cb - ca;
+                    Some((a, b))
+                }
+                None => Some((a, b)),
+            };
+        }
+        if let Some((ca, cb)) = cur {
+            busy += cb - ca;
+        }
+        (spans, Some(busy))
+    }
+}
+
+fn actual(b: &super::program::Bind, pos0: u32, action: &Action, index: usize) -> Range {
+    let mut r = b.range;
+    if let (Action::Copy { dst_per_pos }, 1) = (action, index) {
+        r.offset += pos0 as u64 * dst_per_pos;
+    }
+    r
+}
+
+/// True when a step touches a range written since the last barrier, or writes one read since.
+fn hazard(t: &[(Buf, u64, u64, bool)], binds: &[super::program::Bind], pos0: u32, action: &Action) -> bool {
+    binds.iter().enumerate().any(|(i, b)| {
+            let r = actual(b, pos0, action, i);
+            let writes = b.access != Access::Read;
+            t.iter().any(|&(buf, off, len, w)| {
+                buf == r.buf && off < r.offset + r.bytes && r.offset < off + len && (w || writes)
+            })
+        })
+}
+
+/// Records the ranges a step touches.
+fn touch(t: &mut Vec<(Buf, u64, u64, bool)>, binds: &[super::program::Bind], pos0: u32, action: &Action) {
+    for (i, b) in binds.iter().enumerate() {
+        let r = actual(b, pos0, action, i);
+        t.push((r.buf, r.offset, r.bytes, b.access != Access::Read));
+    }
+}
+
+impl Backend for Engine {
+    fn step(&mut self, tokens: &[u32], pos: usize, want_logits: bool) -> anyhow::Result<StepOutput> {
+        let phase = if pos == 0 { Phase::Prefill } else { Phase::Decode };
+        let out = self.run(tokens, pos as u32, phase)?;
+        if want_logits && out.logits.is_none() {
+            bail!(
+                "the logits were asked for but these kernels pick the token on the GPU; build the engine with \
+                 logits_readback (decoder run --dump does)"
+            );
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,832 @@
+//! The model described once, and its two lowerings into GPU steps.
+//!
+//! [`describe`] lists the logical operations of one forward step ([`Op`]), the same list for
+//! every mode. [`lower`] turns that list into [`Step`]s: with `Kernels::Primitive` every op is its
+//! own dispatch (or transfer copy), with `Kernels::Fused` runs of ops are matched and replaced by
+//! one fused kernel. Everything else the knobs decide (submits, waits, descriptors, barriers,
+//! recording) happens later, in the engine, from these steps alone.
+
+use profiler::trace::OpInfo;
+
+use super::kernels::*;
+use super::knobs::Kernels;
+use crate::shaders::Shader;
+
+/// What the lowering needs to know about the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub layers: u32,
+    pub hidden: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub intermediate: u32,
+    pub vocab: u32,
+    pub eps: f32,
+    /// Qwen3's per-head RMSNorm of q and k before RoPE.
+    pub qk_norm: bool,
+    /// Positions the KV cache holds.
+    pub max_seq: u32,
+}
+
+impl Shape {
+    pub fn q_dim(&self) -> u32 {
+        self.heads * self.head_dim
+    }
+    pub fn kv_dim(&self) -> u32 {
+        self.kv_heads * self.head_dim
+    }
+    pub fn qkv_rows(&self) -> u32 {
+        self.q_dim() + 2 * self.kv_dim()
+    }
+    /// Bytes of weights one decode token reads: every matrix once (f16), the norms (f32), one
+    /// embedding row.
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        let (h, i) = (self.hidden as u64, self.intermediate as u64);
+        let per_layer = 2 * (self.qkv_rows() as u64 * h + h * self.q_dim() as u64 + 3 * i * h)
+            + 4 * (2 * h + if self.qk_norm { 2 * self.head_dim as u64 } else { 0 });
+        self.layers as u64 * per_layer + 2 * self.vocab as u64 * h + 4 * h + 2 * h
+    }
+}
+
+/// Tuning chosen per device: workgroup sizes and rows per workgroup, passed as specialization
+/// constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tuning {
+    pub wg: u32,
+    pub matvec_rows: u32,
+    pub fused_wg: u32,
+    pub fused_rows: u32,
+    pub attn_wg: u32,
+    pub n_splits: u32,
+}
+
+impl Tuning {
+    /// Workgroup and split sizes for a device with `compute_units` units and `subgroup` lanes,
+    /// for contexts up to `max_seq` positions over `kv_heads` KV heads.
+    pub fn for_device(compute_units: u32, subgroup: u32, max_seq: u32, kv_heads: u32) -> Tuning {
+        let sub = subgroup.clamp(4, 64);
+        // Split-K: about two workgroups per compute unit over all KV heads, at least 32 positions
+        // per split, no more than 256 splits.
+        let want = (2 * compute_units).div_ceil(kv_heads.max(1)).max(1);
+        let n_splits = want.min(max_seq.div_ceil(32)).clamp(1, 256);
+        Tuning {
+            wg: 128,
+            matvec_rows: 2,
+            fused_wg: (4 * sub).clamp(64, 256),
+            fused_rows: 4,
+            attn_wg: (2 * sub).clamp(32, 128),
+            n_splits,
+        }
+    }
+}
+
+/// A buffer of the engine, by role. Weights per layer carry the layer index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Buf {
+    Embed,
+    LmHead,
+    FinalNorm,
+    AttnNorm(u32),
+    MlpNorm(u32),
+    /// q, k and v projections stacked: [q_dim + 2 kv_dim, hidden] f16.
+    Wqkv(u32),
+    QNorm(u32),
+    KNorm(u32),
+    Wo(u32),
+    /// gate and up projections stacked: [2 intermediate, hidden] f16.
+    WGateUp(u32),
+    WDown(u32),
+    KCache(u32),
+    VCache(u32),
+    RopeTable,
+    /// Host-visible: the step's token ids.
+    Ids,
+    /// Host-visible: the step's `TokenParams`.
+    Params,
+    X,
+    H,
+    QRaw,
+    KRaw,
+    Q,
+    K,
+    V,
+    Qkv,
+    Scores,
+    Partial,
+    Attn,
+    Tmp,
+    Gate,
+    Up,
+    Act,
+    Logits,
+    /// Host-visible: the logits read back.
+    LogitsReadback,
+    /// Host-visible: the GPU argmax (index, value bits).
+    ArgmaxOut,
+}
+
+/// How a dispatch accesses a binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// A byte range of an engine buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub buf: Buf,
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// A binding of a dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bind {
+    pub range: Range,
+    pub access: Access,
+}
+
+/// The dispatch grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grid {
+    Fixed([u32; 3]),
+    /// `x = ceil(kv_len / per)` for the step's KV length.
+    KvScaled { per: u32, y: u32, z: u32 },
+}
+
+/// The timestamp region a step belongs to: `embed`, `L{i}.attn`, `L{i}.mlp` or `head`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Region {
+    Embed,
+    Attn(u32),
+    Mlp(u32),
+    Head,
+}
+
+impl Region {
+    pub fn label(&self) -> String {
+        match self {
+            Region::Embed => "embed".into(),
+            Region::Attn(l) => format!("L{l}.attn"),
+            Region::Mlp(l) => format!("L{l}.mlp"),
+            Region::Head => "head".into(),
+        }
+    }
+    /// The transformer layer, for `--submit per-layer`.
+    pub fn layer(&self, layers: u32) -> u32 {
+        match self {
+            Region::Embed => 0,
+            Region::Attn(l) | Region::Mlp(l) => *l,
+            Region::Head => layers.saturating_sub(1),
+        }
+    }
+}
+
+/// What a step does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    Dispatch { shader: Shader, spec: [u32; 8], push: Vec<u8>, grid: Grid },
+    /// A transfer copy from `binds[0]` to `binds[1]`; the destination offset advances by
+    /// `dst_per_pos` bytes per position of the step's first token.
+    Copy { dst_per_pos: u64 },
+    /// The host reads `binds[0]` after the step's last wait (no GPU command; the barrier
+    /// tracker treats it as a reader).
+    HostRead,
+}
+
+/// One unit of GPU work with the label that names it everywhere (debug region, timestamp span,
+/// report row) and its per-op facts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub label: String,
+    pub kind: &'static str,
+    pub region: Region,
+    pub action: Action,
+    pub binds: Vec<Bind>,
+    /// Bytes and flops at a given KV length (for one run of this step).
+    pub facts: OpInfo,
+}
+
+/// The logical operations of one forward step over `n` tokens, for every mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Embed,
+    AttnNorm(u32),
+    QkvProj(u32),
+    QkNorm(u32),
+    Rope(u32),
+    KvAppend(u32),
+    Attention(u32),
+    OProj(u32),
+    AttnResidual(u32),
+    MlpNorm(u32),
+    GateUpProj(u32),
+    SiluMul(u32),
+    DownProj(u32),
+    MlpResidual(u32),
+    FinalNorm,
+    LmHead,
+    Argmax,
+}
+
+/// The model, described once: the ops of one forward step in order.
+pub fn describe(s: &Shape) -> Vec<Op> {
+    let mut ops = vec![Op::Embed];
+    for l in 0..s.layers {
+        ops.push(Op::AttnNorm(l));
+        ops.push(Op::QkvProj(l));
+        if s.qk_norm {
+            ops.push(Op::QkNorm(l));
+        }
+        ops.extend([
+            Op::Rope(l),
+            Op::KvAppend(l),
+            Op::Attention(l),
+            Op::OProj(l),
+            Op::AttnResidual(l),
+            Op::MlpNorm(l),
+            Op::GateUpProj(l),
+            Op::SiluMul(l),
+            Op::DownProj(l),
+            Op::MlpResidual(l),
+        ]);
+    }
+    ops.extend([Op::FinalNorm, Op::LmHead, Op::Argmax]);
+    ops
+}
+
+/// Lowering context: shapes, tuning, the step's token count, and the steps emitted so far.
+struct Lower<'a> {
+    s: &'a Shape,
+    t: &'a Tuning,
+    n: u32,
+    steps: Vec<Step>,
+}
+
+const F32: u64 = 4;
+const F16: u64 = 2;
+
+fn r(buf: Buf, offset: u64, bytes: u64) -> Range {
+    Range { buf, offset, bytes }
+}
+fn read(range: Range) -> Bind {
+    Bind { range, access: Access::Read }
+}
+fn write(range: Range) -> Bind {
+    Bind { range, access: Access::Write }
+}
+fn rw(range: Range) -> Bind {
+    Bind { range, access: Access::ReadWrite }
+}
+
+fn spec(values: &[u32]) -> [u32; 8] {
+    let mut s = [0u32; 8];
+    s[..values.len()].copy_from_slice(values);
+    s
+}
+
+impl Lower<'_> {
+    fn act(&self, buf: Buf, per_token: u32) -> Range {
+        r(buf, 0, self.n as u64 * per_token as u64 * F32)
+    }
+
+    fn params(&self) -> Range {
+        r(Buf::Params, 0, std::mem::size_of::<TokenParams>() as u64)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch(
+        &mut self,
+        label: String,
+        kind: &'static str,
+        region: Region,
+        shader: Shader,
+        spec: [u32; 8],
+        push: Vec<u8>,
+        grid: Grid,
+        binds: Vec<Bind>,
+        facts: OpInfo,
+    ) {
+        let facts = OpInfo { label: label.clone(), kind: kind.into(), ..facts };
+        self.steps.push(Step {
+            label,
+            kind,
+            region,
+            action: Action::Dispatch { shader, spec, push, grid },
+            binds,
+            facts,
+        });
+    }
+
+    /// Facts of a dispatch that streams its bindings once: reads of `Read`/`ReadWrite` ranges,
+    /// writes of `Write`/`ReadWrite` ranges.
+    fn stream_facts(binds: &[Bind], flops: u64) -> OpInfo {
+        let mut f = OpInfo { flops, ..Default::default() };
+        for b in binds {
+            match b.access {
+                Access::Read => f.bytes_read += b.range.bytes,
+                Access::Write => f.bytes_written += b.range.bytes,
+                Access::ReadWrite => {
+                    f.bytes_read += b.range.bytes;
+                    f.bytes_written += b.range.bytes;
+                }
+            }
+        }
+        f
+    }
+
+    fn rmsnorm(&mut self, label: String, region: Region, x: Range, w: Range, y: Range, n: u32, rows: u32) {
+        let binds = vec![read(x), read(w), write(y)];
+        let facts = Self::stream_facts(&binds, 4 * rows as u64 * n as u64);
+        let push = RmsNormPush { n, rows, eps: self.s.eps, pad0: 0 }.bytes();
+        let wg = self.t.wg;
+        self.dispatch(label, "norm", region, Shader::Rmsnorm, spec(&[wg]), push, Grid::Fixed([rows, 1, 1]), binds, facts);
+    }
+
+    fn matvec(&mut self, label: String, region: Region, w: Range, x: Range, y: Range, rows: u32, cols: u32) {
+        let binds = vec![read(w), read(x), write(y)];
+        let facts = Self::stream_facts(&binds, 2 * self.n as u64 * rows as u64 * cols as u64);
+        let push = MatvecPush { rows, cols, n_tokens: self.n, pad0: 0 }.bytes();
+        let (wg, per) = (self.t.wg, self.t.matvec_rows);
+        let grid = Grid::Fixed([rows.div_ceil(per), self.n, 1]);
+        self.dispatch(label, "matvec", region, Shader::Matvec, spec(&[wg, per]), push, grid, binds, facts);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn matvec_fused(
+        &mut self,
+        label: String,
+        region: Region,
+        w: Range,
+        x: Range,
+        y: Bind,
+        norm: Option<Range>,
+        epilogue: u32,
+        rows: u32,
+        cols: u32,
+    ) {
+        let norm_w = norm.unwrap_or(r(Buf::FinalNorm, 0, self.s.hidden as u64 * F32));
+        let mut binds = vec![read(w), read(x), y];
+        if norm.is_some() {
+            binds.push(read(norm_w));
+        }
+        let w_rows = if epilogue == 2 { 2 * rows } else { rows };
+        let mut facts = Self::stream_facts(&binds, 2 * w_rows as u64 * cols as u64);
+        if norm.is_none() {
+            binds.push(read(norm_w));
+        }
+        let push = MatvecFusedPush { rows, cols, eps: self.s.eps, pad0: 0 }.bytes();
+        let (wg, per) = (self.t.fused_wg, self.t.fused_rows);
+        let grid = Grid::Fixed([rows.div_ceil(per), 1, 1]);
+        facts.flops += if epilogue == 2 { 4 * rows as u64 } else { 0 };
+        let sp = spec(&[wg, per, norm.is_some() as u32, epilogue]);
+        self.dispatch(label, "matvec", region, Shader::MatvecFused, sp, push, grid, binds, facts);
+    }
+
+    fn lower_primitive(&mut self, op: Op) {
+        let s = *self.s;
+        let n = self.n;
+        let (h, qd, kvd, hd, inter) = (s.hidden, s.q_dim(), s.kv_dim(), s.head_dim, s.intermediate);
+        let wqkv_q = |l| r(Buf::Wqkv(l), 0, qd as u64 * h as u64 * F16);
+        let wqkv_k = |l| r(Buf::Wqkv(l), qd as u64 * h as u64 * F16, kvd as u64 * h as u64 * F16);
+        let wqkv_v = |l| r(Buf::Wqkv(l), (qd + kvd) as u64 * h as u64 * F16, kvd as u64 * h as u64 * F16);
+        match op {
+            Op::Embed => self.embed(),
+            Op::AttnNorm(l) => {
+                let (x, w, y) = (self.act(Buf::X, h), r(Buf::AttnNorm(l), 0, h as u64 * F32), self.act(Buf::H, h));
+                self.rmsnorm(format!("L{l}.attn_norm"), Region::Attn(l), x, w, y, h, n);
+            }
+            Op::QkvProj(l) => {
+                let (qo, ko) = if s.qk_norm { (Buf::QRaw, Buf::KRaw) } else { (Buf::Q, Buf::K) };
+                let hx = self.act(Buf::H, h);
+                let (q, k, v) = (self.act(qo, qd), self.act(ko, kvd), self.act(Buf::V, kvd));
+                self.matvec(format!("L{l}.q_proj"), Region::Attn(l), wqkv_q(l), hx, q, qd, h);
+                self.matvec(format!("L{l}.k_proj"), Region::Attn(l), wqkv_k(l), hx, k, kvd, h);
+                self.matvec(format!("L{l}.v_proj"), Region::Attn(l), wqkv_v(l), hx, v, kvd, h);
+            }
+            Op::QkNorm(l) => {
+                let (qr, q) = (self.act(Buf::QRaw, qd), self.act(Buf::Q, qd));
+                let (kr, k) = (self.act(Buf::KRaw, kvd), self.act(Buf::K, kvd));
+                let (qw, kw) = (r(Buf::QNorm(l), 0, hd as u64 * F32), r(Buf::KNorm(l), 0, hd as u64 * F32));
+                self.rmsnorm(format!("L{l}.q_norm"), Region::Attn(l), qr, qw, q, hd, n * s.heads);
+                self.rmsnorm(format!("L{l}.k_norm"), Region::Attn(l), kr, kw, k, hd, n * s.kv_heads);
+            }
+            Op::Rope(l) => {
+                for (name, buf, heads) in [("q_rope", Buf::Q, s.heads), ("k_rope", Buf::K, s.kv_heads)] {
+                    let x = self.act(buf, heads * hd);
+                    let table = r(Buf::RopeTable, 0, s.max_seq as u64 * hd as u64 * F32);
+                    let binds = vec![read(self.params()), rw(x), read(table)];
+                    let rot = n as u64 * heads as u64 * hd as u64;
+                    let facts = OpInfo {
+                        bytes_read: rot * F32 + rot * F32,
+                        bytes_written: rot * F32,
+                        flops: 3 * rot,
+                        ..Default::default()
+                    };
+                    let push = RopePush { heads, head_dim: hd, pad0: 0, pad1: 0 }.bytes();
+                    let grid = Grid::Fixed([(heads * hd / 2).div_ceil(self.t.wg), n, 1]);
+                    let sp = spec(&[self.t.wg]);
+                    self.dispatch(format!("L{l}.{name}"), "rope", Region::Attn(l), Shader::Rope, sp, push, grid, binds, facts);
+                }
+            }
+            Op::KvAppend(l) => {
+                let row = kvd as u64 * F32;
+                for (name, src, dst) in [("k_append", Buf::K, Buf::KCache(l)), ("v_append", Buf::V, Buf::VCache(l))] {
+                    let bytes = n as u64 * row;
+                    let binds = vec![read(r(src, 0, bytes)), write(r(dst, 0, bytes))];
+                    let facts = OpInfo {
+                        label: format!("L{l}.{name}"),
+                        kind: "kv".into(),
+                        bytes_read: bytes,
+                        bytes_written: bytes,
+                        ..Default::default()
+                    };
+                    self.steps.push(Step {
+                        label: format!("L{l}.{name}"),
+                        kind: "kv",
+                        region: Region::Attn(l),
+                        action: Action::Copy { dst_per_pos: row },
+                        binds,
+                        facts,
+                    });
+                }
+            }
+            Op::Attention(l) => {
+                let stride = s.max_seq;
+                let scale = 1.0 / (hd as f32).sqrt();
+                let q = self.act(Buf::Q, qd);
+                let scores = r(Buf::Scores, 0, n as u64 * s.heads as u64 * stride as u64 * F32);
+                let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
+                let wg = self.t.wg;
+                // Scores: per cached position, one dot product per query head.
+                let binds = vec![read(self.params()), read(q), read(cache(Buf::KCache(l))), write(scores)];
+                let facts = OpInfo {
+                    bytes_read: q.bytes,
+                    bytes_read_per_kv: kvd as u64 * F32,
+                    bytes_written_per_kv: n as u64 * s.heads as u64 * F32,
+                    flops_per_kv: 2 * n as u64 * qd as u64,
+                    ..Default::default()
+                };
+                let push = ScoresPush {
+                    heads: s.heads,
+                    kv_heads: s.kv_heads,
+                    head_dim: hd,
+                    stride,
+                    scale,
+                    ..Default::default()
+                }
+                .bytes();
+                let grid = Grid::KvScaled { per: wg, y: s.heads, z: n };
+                self.dispatch(format!("L{l}.attn_scores"), "attention", Region::Attn(l), Shader::AttnScores, spec(&[wg]), push, grid, binds, facts);
+                // Softmax over each row.
+                let binds = vec![read(self.params()), rw(scores)];
+                let per_kv = n as u64 * s.heads as u64 * F32;
+                let facts = OpInfo {
+                    bytes_read_per_kv: per_kv,
+                    bytes_written_per_kv: per_kv,
+                    flops_per_kv: 5 * n as u64 * s.heads as u64,
+                    ..Default::default()
+                };
+                let push = SoftmaxPush { heads: s.heads, stride, pad0: 0, pad1: 0 }.bytes();
+                self.dispatch(format!("L{l}.softmax"), "attention", Region::Attn(l), Shader::Softmax, spec(&[wg]), push, Grid::Fixed([s.heads, n, 1]), binds, facts);
+                // Weighted sum of V.
+                let out = self.act(Buf::Attn, qd);
+                let binds = vec![read(self.params()), read(scores), read(cache(Buf::VCache(l))), write(out)];
+                let facts = OpInfo {
+                    bytes_written: out.bytes,
+                    bytes_read_per_kv: per_kv + kvd as u64 * F32,
+                    flops_per_kv: 2 * n as u64 * qd as u64,
+                    ..Default::default()
+                };
+                let push = WsumPush { heads: s.heads, kv_heads: s.kv_heads, head_dim: hd, stride }.bytes();
+                let grid = Grid::Fixed([hd.div_ceil(wg), s.heads, n]);
+                self.dispatch(format!("L{l}.attn_wsum"), "attention", Region::Attn(l), Shader::AttnWsum, spec(&[wg]), push, grid, binds, facts);
+            }
+            Op::OProj(l) => {
+                let (w, x, y) = (r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16), self.act(Buf::Attn, qd), self.act(Buf::Tmp, h));
+                self.matvec(format!("L{l}.o_proj"), Region::Attn(l), w, x, y, h, qd);
+            }
+            Op::AttnResidual(l) => self.add(format!("L{l}.attn_residual"), Region::Attn(l)),
+            Op::MlpNorm(l) => {
+                let (x, w, y) = (self.act(Buf::X, h), r(Buf::MlpNorm(l), 0, h as u64 * F32), self.act(Buf::H, h));
+                self.rmsnorm(format!("L{l}.mlp_norm"), Region::Mlp(l), x, w, y, h, n);
+            }
+            Op::GateUpProj(l) => {
+                let half = inter as u64 * h as u64 * F16;
+                let hx = self.act(Buf::H, h);
+                let (g, u) = (self.act(Buf::Gate, inter), self.act(Buf::Up, inter));
+                self.matvec(format!("L{l}.gate_proj"), Region::Mlp(l), r(Buf::WGateUp(l), 0, half), hx, g, inter, h);
+                self.matvec(format!("L{l}.up_proj"), Region::Mlp(l), r(Buf::WGateUp(l), half, half), hx, u, inter, h);
+            }
+            Op::SiluMul(l) => {
+                let total = n * inter;
+                let binds = vec![read(self.act(Buf::Gate, inter)), read(self.act(Buf::Up, inter)), write(self.act(Buf::Act, inter))];
+                let facts = Self::stream_facts(&binds, 5 * total as u64);
+                let push = SiluMulPush { n: total, ..Default::default() }.bytes();
+                let grid = Grid::Fixed([total.div_ceil(self.t.wg), 1, 1]);
+                let sp = spec(&[self.t.wg]);
+                self.dispatch(format!("L{l}.silu_mul"), "elementwise", Region::Mlp(l), Shader::SiluMul, sp, push, grid, binds, facts);
+            }
+            Op::DownProj(l) => {
+                let (w, x, y) = (r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16), self.act(Buf::Act, inter), self.act(Buf::Tmp, h));
+                self.matvec(format!("L{l}.down_proj"), Region::Mlp(l), w, x, y, h, inter);
+            }
+            Op::MlpResidual(l) => self.add(format!("L{l}.mlp_residual"), Region::Mlp(l)),
+            Op::FinalNorm => {
+                // Only the last token's row feeds the head.
+                let last = r(Buf::X, (n as u64 - 1) * h as u64 * F32, h as u64 * F32);
+                let y = r(Buf::H, 0, h as u64 * F32);
+                self.rmsnorm("final_norm".into(), Region::Head, last, r(Buf::FinalNorm, 0, h as u64 * F32), y, h, 1);
+            }
+            Op::LmHead => {
+                let (w, x) = (r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16), r(Buf::H, 0, h as u64 * F32));
+                let y = r(Buf::Logits, 0, s.vocab as u64 * F32);
+                let saved = self.n;
+                self.n = 1;
+                self.matvec("lm_head".into(), Region::Head, w, x, y, s.vocab, h);
+                self.n = saved;
+            }
+            Op::Argmax => self.logits_readback(),
+        }
+    }
+
+    fn embed(&mut self) {
+        let (n, h) = (self.n, self.s.hidden);
+        let ids = r(Buf::Ids, 0, n as u64 * 4);
+        let table = r(Buf::Embed, 0, self.s.vocab as u64 * h as u64 * F16);
+        let out = self.act(Buf::X, h);
+        let binds = vec![read(ids), read(table), write(out)];
+        let facts = OpInfo { bytes_read: ids.bytes + n as u64 * h as u64 * F16, bytes_written: out.bytes, ..Default::default() };
+        let push = EmbedPush { hidden: h, n_tokens: n, ..Default::default() }.bytes();
+        let grid = Grid::Fixed([h.div_ceil(self.t.wg), n, 1]);
+        let sp = spec(&[self.t.wg]);
+        self.dispatch("embed".into(), "embed", Region::Embed, Shader::Embed, sp, push, grid, binds, facts);
+    }
+
+    fn add(&mut self, label: String, region: Region) {
+        let total = self.n * self.s.hidden;
+        let binds = vec![rw(self.act(Buf::X, self.s.hidden)), read(self.act(Buf::Tmp, self.s.hidden))];
+        let facts = Self::stream_facts(&binds, total as u64);
+        let push = AddPush { n: total, ..Default::default() }.bytes();
+        let grid = Grid::Fixed([total.div_ceil(self.t.wg), 1, 1]);
+        let sp = spec(&[self.t.wg]);
+        self.dispatch(label, "elementwise", region, Shader::Add, sp, push, grid, binds, facts);
+    }
+
+    fn logits_readback(&mut self) {
+        let bytes = self.s.vocab as u64 * F32;
+        let (src, dst) = (r(Buf::Logits, 0, bytes), r(Buf::LogitsReadback, 0, bytes));
+        self.steps.push(Step {
+            label: "logits_readback".into(),
+            kind: "copy",
+            region: Region::Head,
+            action: Action::Copy { dst_per_pos: 0 },
+            binds: vec![read(src), write(dst)],
+            facts: OpInfo {
+                label: "logits_readback".into(),
+                kind: "copy".into(),
+                bytes_read: bytes,
+                bytes_written: bytes,
+                ..Default::default()
+            },
+        });
+        self.host_read(dst);
+    }
+
+    fn host_read(&mut self, range: Range) {
+        self.steps.push(Step {
+            label: "host_read".into(),
+            kind: "copy",
+            region: Region::Head,
+            action: Action::HostRead,
+            binds: vec![read(range)],
+            facts: OpInfo::default(),
+        });
+    }
+
+    /// Fused lowering of one decode token: matches runs of ops and emits one kernel per run.
+    fn lower_fused(&mut self, ops: &[Op], logits_readback: bool) {
+        let s = *self.s;
+        let (h, qd, kvd, hd, inter) = (s.hidden, s.q_dim(), s.kv_dim(), s.head_dim, s.intermediate);
+        let mut i = 0;
+        while i < ops.len() {
+            let rest = &ops[i..];
+            match rest {
+                [Op::Embed, ..] => {
+                    self.embed();
+                    i += 1;
+                }
+                // RMSNorm folded into the stacked QKV matvec.
+                [Op::AttnNorm(l), Op::QkvProj(_), ..] => {
+                    let l = *l;
+                    let w = r(Buf::Wqkv(l), 0, s.qkv_rows() as u64 * h as u64 * F16);
+                    let y = write(r(Buf::Qkv, 0, s.qkv_rows() as u64 * F32));
+                    let norm = r(Buf::AttnNorm(l), 0, h as u64 * F32);
+                    self.matvec_fused(format!("L{l}.qkv_proj"), Region::Attn(l), w, r(Buf::X, 0, h as u64 * F32), y, Some(norm), 0, s.qkv_rows(), h);
+                    i += 2;
+                }
+                // q/k norm + RoPE + KV-cache write in one kernel.
+                _ if matches!(rest.first(), Some(Op::QkNorm(_) | Op::Rope(_))) => {
+                    let l = match rest[0] {
+                        Op::QkNorm(l) | Op::Rope(l) => l,
+                        _ => unreachable!("guarded by matches! above"),
+                    };
+                    let consumed = rest.iter().take_while(|o| matches!(o, Op::QkNorm(_) | Op::Rope(_) | Op::KvAppend(_))).count();
+                    let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
+                    let qkv = r(Buf::Qkv, 0, s.qkv_rows() as u64 * F32);
+                    let (qn, kn) = if s.qk_norm {
+                        (r(Buf::QNorm(l), 0, hd as u64 * F32), r(Buf::KNorm(l), 0, hd as u64 * F32))
+                    } else {
+                        (r(Buf::AttnNorm(l), 0, hd as u64 * F32), r(Buf::AttnNorm(l), 0, hd as u64 * F32))
+                    };
+                    let table = r(Buf::RopeTable, 0, s.max_seq as u64 * hd as u64 * F32);
+                    let binds = vec![
+                        read(self.params()),
+                        read(qkv),
+                        read(qn),
+                        read(kn),
+                        read(table),
+                        write(r(Buf::Q, 0, qd as u64 * F32)),
+                        write(cache(Buf::KCache(l))),
+                        write(cache(Buf::VCache(l))),
+                    ];
+                    let facts = OpInfo {
+                        bytes_read: qkv.bytes + (qd + kvd) as u64 * F32,
+                        bytes_written: (qd + 2 * kvd) as u64 * F32,
+                        flops: 8 * (qd + kvd) as u64,
+                        ..Default::default()
+                    };
+                    let push = QkNormRopeKvPush { heads: s.heads, kv_heads: s.kv_heads, head_dim: hd, eps: s.eps }.bytes();
+                    let grid = Grid::Fixed([s.heads + s.kv_heads, 1, 1]);
+                    let sp = spec(&[hd.next_power_of_two().clamp(32, 128) / 2, s.qk_norm as u32]);
+                    self.dispatch(format!("L{l}.qk_norm_rope_kv"), "rope", Region::Attn(l), Shader::QkNormRopeKv, sp, push, grid, binds, facts);
+                    i += consumed;
+                }
+                // Split-K attention over the cache in place, then the merge.
+                [Op::Attention(l), ..] => {
+                    let l = *l;
+                    let splits = self.t.n_splits;
+                    let partial = r(Buf::Partial, 0, s.heads as u64 * splits as u64 * (hd as u64 + 2) * F32);
+                    let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
+                    let q = r(Buf::Q, 0, qd as u64 * F32);
+                    let binds = vec![read(self.params()), read(q), read(cache(Buf::KCache(l))), read(cache(Buf::VCache(l))), write(partial)];
+                    let facts = OpInfo {
+                        bytes_read: q.bytes,
+                        bytes_written: partial.bytes,
+                        bytes_read_per_kv: 2 * kvd as u64 * F32,
+                        flops_per_kv: 4 * qd as u64,
+                        ..Default::default()
+                    };
+                    let push = AttnSplitPush {
+                        heads: s.heads,
+                        kv_heads: s.kv_heads,
+                        head_dim: hd,
+                        n_splits: splits,
+                        scale: 1.0 / (hd as f32).sqrt(),
+                        ..Default::default()
+                    }
+                    .bytes();
+                    let sp = spec(&[self.t.attn_wg]);
+                    self.dispatch(format!("L{l}.attn_split"), "attention", Region::Attn(l), Shader::AttnSplit, sp, push, Grid::Fixed([splits, s.kv_heads, 1]), binds, facts);
+                    let out = r(Buf::Attn, 0, qd as u64 * F32);
+                    let binds = vec![read(partial), write(out)];
+                    let facts = Self::stream_facts(&binds, 3 * partial.bytes / F32);
+                    let push = AttnMergePush { heads: s.heads, head_dim: hd, n_splits: splits, pad0: 0 }.bytes();
+                    let sp = spec(&[hd.next_power_of_two().clamp(32, 128)]);
+                    self.dispatch(format!("L{l}.attn_merge"), "attention", Region::Attn(l), Shader::AttnMerge, sp, push, Grid::Fixed([s.heads, 1, 1]), binds, facts);
+                    i += 1;
+                }
+                // o-projection with the residual add as its epilogue.
+                [Op::OProj(l), Op::AttnResidual(_), ..] => {
+                    let l = *l;
+                    let w = r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16);
+                    let x = rw(r(Buf::X, 0, h as u64 * F32));
+                    self.matvec_fused(format!("L{l}.o_proj_residual"), Region::Attn(l), w, r(Buf::Attn, 0, qd as u64 * F32), x, None, 1, h, qd);
+                    i += 2;
+                }
+                // RMSNorm + gate/up + SiLU*up in one matvec over the stacked weights.
+                [Op::MlpNorm(l), Op::GateUpProj(_), Op::SiluMul(_), ..] => {
+                    let l = *l;
+                    let w = r(Buf::WGateUp(l), 0, 2 * inter as u64 * h as u64 * F16);
+                    let y = write(r(Buf::Act, 0, inter as u64 * F32));
+                    let norm = r(Buf::MlpNorm(l), 0, h as u64 * F32);
+                    self.matvec_fused(format!("L{l}.gate_up_silu"), Region::Mlp(l), w, r(Buf::X, 0, h as u64 * F32), y, Some(norm), 2, inter, h);
+                    i += 3;
+                }
+                // down-projection with the residual add as its epilogue.
+                [Op::DownProj(l), Op::MlpResidual(_), ..] => {
+                    let l = *l;
+                    let w = r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16);
+                    let x = rw(r(Buf::X, 0, h as u64 * F32));
+                    self.matvec_fused(format!("L{l}.down_proj_residual"), Region::Mlp(l), w, r(Buf::Act, 0, inter as u64 * F32), x, None, 1, h, inter);
+                    i += 2;
+                }
+                // Final norm folded into the lm_head matvec, then the GPU argmax.
+                [Op::FinalNorm, Op::LmHead, Op::Argmax, ..] => {
+                    let w = r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16);
+                    let logits = r(Buf::Logits, 0, s.vocab as u64 * F32);
+                    let norm = r(Buf::FinalNorm, 0, h as u64 * F32);
+                    self.matvec_fused("lm_head".into(), Region::Head, w, r(Buf::X, 0, h as u64 * F32), write(logits), Some(norm), 0, s.vocab, h);
+                    let out = r(Buf::ArgmaxOut, 0, 8);
+                    let binds = vec![read(logits), write(out)];
+                    let facts = Self::stream_facts(&binds, s.vocab as u64);
+                    let push = ArgmaxPush { n: s.vocab, ..Default::default() }.bytes();
+                    let sp = spec(&[256]);
+                    self.dispatch("argmax".into(), "argmax", Region::Head, Shader::Argmax, sp, push, Grid::Fixed([1, 1, 1]), binds, facts);
+                    self.host_read(r(Buf::ArgmaxOut, 0, 4));
+                    if logits_readback {
+                        self.logits_readback();
+                    }
+                    i += 3;
+                }
+                _ => {
+                    // No fused pattern starts here: fall back to the primitive lowering of this op.
+                    self.lower_primitive(rest[0]);
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Lowers one forward step over `n_tokens` tokens. Fused kernels serve single-token decode;
+/// a multi-token step (the prompt) always uses the batched primitive kernels.
+pub fn lower(s: &Shape, t: &Tuning, kernels: Kernels, n_tokens: u32, logits_readback: bool) -> Vec<Step> {
+    let ops = describe(s);
+    let mut lw = Lower { s, t, n: n_tokens.max(1), steps: Vec::new() };
+    if kernels == Kernels::Fused && n_tokens == 1 {
+        lw.lower_fused(&ops, logits_readback);
+    } else {
+        for op in ops {
+            lw.lower_primitive(op);
+        }
+    }
+    lw.steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Shape {
+        Shape {
+            layers: 4,
+            hidden: 256,
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 64,
+            intermediate: 768,
+            vocab: 4096,
+            eps: 1e-6,
+            qk_norm: true,
+            max_seq: 512,
+        }
+    }
+
+    #[test]
+    fn primitive_lowering_has_one_step_per_primitive() {
+        let s = tiny();
+        let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
+        let steps = lower(&s, &t, Kernels::Primitive, 1, false);
+        let dispatches = steps.iter().filter(|s| matches!(s.action, Action::Dispatch { .. })).count();
+        let copies = steps.iter().filter(|s| matches!(s.action, Action::Copy { .. })).count();
+        // embed + per layer (norm, q, k, v, q_norm, k_norm, 2 rope, scores, softmax, wsum, o,
+        // add, norm, gate, up, silu, down, add) + final norm + lm_head
+        assert_eq!(dispatches, 1 + 4 * 19 + 2);
+        assert_eq!(copies, 4 * 2 + 1);
+    }
+
+    #[test]
+    fn fused_lowering_has_seven_dispatches_per_layer() {
+        let s = tiny();
+        let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
+        let steps = lower(&s, &t, Kernels::Fused, 1, false);
+        let dispatches = steps.iter().filter(|s| matches!(s.action, Action::Dispatch { .. })).count();
+        assert_eq!(dispatches, 1 + 4 * 7 + 2);
+        assert!(steps.iter().all(|s| !matches!(s.action, Action::Copy { .. })));
+        let labels: std::collections::HashSet<_> = steps.iter().filter(|s| s.kind != "copy").map(|s| &s.label).collect();
+        assert_eq!(labels.len(), 1 + 4 * 7 + 2, "labels are unique");
+    }
+
+    #[test]
+    fn weight_bytes_of_qwen3_06b_shape() {
+        let s = Shape {
+            layers: 28,
+            hidden: 1024,
+            heads: 16,
+            kv_heads: 8,
+            head_dim: 128,
+            intermediate: 3072,
+            vocab: 151936,
+            eps: 1e-6,
+            qk_norm: true,
+            max_seq: 1024,
+        };
+        // REFERENCES.md: ~0.44 B layer parameters + 0.156 B tied embedding, ~1.19 GB in f16.
+        let gb = s.weight_bytes_per_token() as f64 / 1e9;
+        assert!((1.1..1.3).contains(&gb), "{gb} GB");
+    }
+}
