@@ -247,7 +247,7 @@ impl ChatTemplate {
     fn render(&self, user_message: &str) -> Result<String, ModelError> {
         let error = |e: minijinja::Error| ModelError::ChatTemplate {
             path: self.path.clone(),
-            message: format!("{e:#}"),
+            message: e.to_string(),
         };
         let mut env = minijinja::Environment::new();
         // Hugging Face renders chat templates with trim_blocks and lstrip_blocks.
