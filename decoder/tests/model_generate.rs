@@ -52,12 +52,17 @@ fn tiny_model() -> (tempfile::TempDir, Model) {
     (t, model)
 }
 
+/// The scripted next token after `t`.
+fn rule(t: u32) -> u32 {
+    (t * 7 + 3) % 200 + 32
+}
+
 #[test]
 fn prefill_then_one_token_per_step_at_increasing_positions() {
     let (_t, model) = tiny_model();
     let mut backend = Scripted {
         vocab: model.config.vocab,
-        next: |t| (t * 7 + 3) % 200 + 32,
+        next: rule,
         calls: vec![],
     };
     let prompt = [10u32, 11, 12];
@@ -71,11 +76,9 @@ fn prefill_then_one_token_per_step_at_increasing_positions() {
         pieces.push_str(s)
     })
     .unwrap();
-    let expected_ids: Vec<u32> = std::iter::successors(Some((12 * 7 + 3) % 200 + 32), |&t| {
-        Some((t * 7 + 3) % 200 + 32)
-    })
-    .take(5)
-    .collect();
+    let expected_ids: Vec<u32> = std::iter::successors(Some(rule(12)), |&t| Some(rule(t)))
+        .take(5)
+        .collect();
     assert_eq!(g.ids, expected_ids);
     assert_eq!(backend.calls[0], (prompt.to_vec(), 0));
     for (i, call) in backend.calls[1..].iter().enumerate() {
