@@ -1,0 +1,205 @@
+//! Dequantization of every supported ggml type against blocks built here by hand, with values
+//! worked out from the block layout (not by calling a quantizer).
+
+use decoder::gguf::{DequantError, GgmlType, dequantize};
+use half::{bf16, f16};
+
+fn h(v: f32) -> [u8; 2] {
+    f16::from_f32(v).to_le_bytes()
+}
+
+#[test]
+fn f32_f16_bf16_are_read_little_endian() {
+    let f32_data: Vec<u8> = [1.5f32, -2.25, 0.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(
+        dequantize(GgmlType::F32, &f32_data, 3).unwrap(),
+        vec![1.5, -2.25, 0.0]
+    );
+
+    // 0x3c00 = 1.0, 0xc000 = -2.0, 0x3555 ~ 0.33325 in binary16.
+    let f16_data = [0x00, 0x3c, 0x00, 0xc0, 0x55, 0x35];
+    let got = dequantize(GgmlType::F16, &f16_data, 3).unwrap();
+    assert_eq!(got[..2], [1.0, -2.0]);
+    assert_eq!(got[2], 0.333_251_95);
+
+    // bf16 is the top half of an f32: 0x3fc0 = 1.5, 0xc020 = -2.5.
+    let bf16_data = [0xc0, 0x3f, 0x20, 0xc0];
+    assert_eq!(
+        dequantize(GgmlType::Bf16, &bf16_data, 2).unwrap(),
+        vec![1.5, -2.5]
+    );
+    assert_eq!(bf16::from_f32(1.5).to_le_bytes(), [0xc0, 0x3f]);
+}
+
+#[test]
+fn q8_0_is_scale_times_signed_byte() {
+    // Two blocks: d = 0.5 with qs = -16..16, d = -0.25 with qs all 127 except qs[31] = -128.
+    let mut data = Vec::new();
+    data.extend_from_slice(&h(0.5));
+    data.extend((-16i8..16).map(|q| q as u8));
+    data.extend_from_slice(&h(-0.25));
+    data.extend(std::iter::repeat_n(127u8, 31));
+    data.push(0x80);
+    let got = dequantize(GgmlType::Q8_0, &data, 64).unwrap();
+    for j in 0..32 {
+        assert_eq!(got[j], 0.5 * (j as f32 - 16.0), "element {j}");
+    }
+    assert!(got[32..63].iter().all(|&v| v == -31.75));
+    assert_eq!(got[63], 32.0);
+}
+
+#[test]
+fn q4_0_low_nibbles_first_then_high_offset_by_8() {
+    // d = 2; qs[j] = (15 - j) << 4 | j: element j (< 16) is 2 * (j - 8), element 16 + j is
+    // 2 * (15 - j - 8).
+    let mut data = h(2.0).to_vec();
+    data.extend((0u8..16).map(|j| ((15 - j) << 4) | j));
+    let got = dequantize(GgmlType::Q4_0, &data, 32).unwrap();
+    assert_eq!(got[0], -16.0);
+    assert_eq!(got[8], 0.0);
+    assert_eq!(got[15], 14.0);
+    assert_eq!(got[16], 14.0);
+    assert_eq!(got[31], -16.0);
+    for j in 0..16 {
+        assert_eq!(got[j], 2.0 * (j as f32 - 8.0));
+        assert_eq!(got[16 + j], 2.0 * (7.0 - j as f32));
+    }
+}
+
+#[test]
+fn q4_1_is_scale_times_nibble_plus_min() {
+    // d = 0.125, m = -1; every byte 0xa3: low nibble 3 -> -0.625, high nibble 10 -> 0.25.
+    let mut data = h(0.125).to_vec();
+    data.extend_from_slice(&h(-1.0));
+    data.extend([0xa3u8; 16]);
+    let got = dequantize(GgmlType::Q4_1, &data, 32).unwrap();
+    assert!(got[..16].iter().all(|&v| v == -0.625), "{got:?}");
+    assert!(got[16..].iter().all(|&v| v == 0.25), "{got:?}");
+}
+
+#[test]
+fn q5_0_and_q5_1_take_the_fifth_bit_from_qh() {
+    // qh bit j set only for j = 0 (element 0) and j = 17 (element 17); nibbles all 1.
+    let qh: u32 = 1 | (1 << 17);
+    let mut q5_0 = h(1.0).to_vec();
+    q5_0.extend_from_slice(&qh.to_le_bytes());
+    q5_0.extend([0x11u8; 16]);
+    let got = dequantize(GgmlType::Q5_0, &q5_0, 32).unwrap();
+    assert_eq!(got[0], 17.0 - 16.0);
+    assert_eq!(got[1], 1.0 - 16.0);
+    assert_eq!(got[16], 1.0 - 16.0);
+    assert_eq!(got[17], 17.0 - 16.0);
+
+    let mut q5_1 = h(0.5).to_vec();
+    q5_1.extend_from_slice(&h(3.0));
+    q5_1.extend_from_slice(&qh.to_le_bytes());
+    q5_1.extend([0x11u8; 16]);
+    let got = dequantize(GgmlType::Q5_1, &q5_1, 32).unwrap();
+    assert_eq!(got[0], 0.5 * 17.0 + 3.0);
+    assert_eq!(got[1], 0.5 + 3.0);
+    assert_eq!(got[17], 0.5 * 17.0 + 3.0);
+    assert_eq!(got[31], 0.5 + 3.0);
+}
+
+#[test]
+fn q4_k_uses_6_bit_scales_and_mins_per_32_elements() {
+    // Super-block d = 0.5, dmin = 0.25. Sub-block scales (sc, min): sub-blocks 0..4 live in the
+    // low 6 bits of scales[0..4] / scales[4..8]; sub-blocks 4..8 take low 4 bits from the
+    // nibbles of scales[8..12] and the top 2 bits from bits 6-7 of scales[0..4] / scales[4..8].
+    // Chosen: sub-block 0: (1, 2); 1: (3, 0); 2: (63, 63); 3: (0, 1);
+    //         4: (17, 33) = low (1, 1) + top (1, 2); 5..8: (2, 0).
+    let mut scales = [0u8; 12];
+    scales[0] = 1 | (1 << 6); // sc0 = 1, top bits of sc4 = 1
+    scales[1] = 3;
+    scales[2] = 63;
+    scales[3] = 0;
+    scales[4] = 2 | (2 << 6); // min0 = 2, top bits of min4 = 2
+    scales[5] = 0;
+    scales[6] = 63;
+    scales[7] = 1;
+    scales[8] = 1 | (1 << 4); // sc4 low = 1, min4 low = 1
+    scales[9] = 2;
+    scales[10] = 2;
+    scales[11] = 2;
+    // qs: the 32 bytes of chunk c hold sub-block 2c in low nibbles, 2c+1 in high nibbles.
+    // Use nibble value 5 for low and 9 for high everywhere, except qs[0] = 0x0f.
+    let mut qs = [0x95u8; 128];
+    qs[0] = 0x0f;
+    let mut data = h(0.5).to_vec();
+    data.extend_from_slice(&h(0.25));
+    data.extend_from_slice(&scales);
+    data.extend_from_slice(&qs);
+    assert_eq!(data.len(), 144);
+    let got = dequantize(GgmlType::Q4K, &data, 256).unwrap();
+    // value = d * sc * q - dmin * min
+    assert_eq!(got[0], 0.5 * 1.0 * 15.0 - 0.25 * 2.0); // sub-block 0, q = 15
+    assert_eq!(got[1], 0.5 * 1.0 * 5.0 - 0.25 * 2.0);
+    assert_eq!(got[32], 0.5 * 3.0 * 0.0 - 0.0); // sub-block 1, high nibble of qs[0] = 0
+    assert_eq!(got[33], 0.5 * 3.0 * 9.0);
+    assert_eq!(got[64], 0.5 * 63.0 * 5.0 - 0.25 * 63.0); // sub-block 2
+    assert_eq!(got[96], 0.5 * 0.0 * 9.0 - 0.25 * 1.0); // sub-block 3
+    assert_eq!(got[128], 0.5 * 17.0 * 5.0 - 0.25 * 33.0); // sub-block 4
+    assert_eq!(got[160], 0.5 * 2.0 * 9.0); // sub-block 5
+    assert_eq!(got[255], 0.5 * 2.0 * 9.0); // sub-block 7
+}
+
+#[test]
+fn q6_k_combines_low_nibbles_and_high_bit_pairs() {
+    // d = 0.5; scales[i] = i + 1 except scales[2] = -3.
+    // Element 0: ql[0] low nibble 7, qh[0] bits 0-1 = 2 -> q = 7 + 32 - 32 = 7, scale 1.
+    // Element 32: ql[32] low nibble 1, qh[0] bits 2-3 = 0 -> q = 1 - 32 = -31, scale[2] = -3.
+    // Element 64: ql[0] high nibble 15, qh[0] bits 4-5 = 3 -> q = 63 - 32 = 31, scale[4] = 5.
+    // Element 96: ql[32] high nibble 0, qh[0] bits 6-7 = 1 -> q = 16 - 32 = -16, scale[6] = 7.
+    // Element 16: uses scales[1] = 2 (is = 1), ql[16] = 0, qh[16] = 0 -> q = -32.
+    // Element 128 (second half): ql[64] low nibble 4, qh[32] bits 0-1 = 1 -> q = 20 - 32 = -12,
+    // scale[8] = 9.
+    let mut ql = [0u8; 128];
+    let mut qh = [0u8; 64];
+    ql[0] = 0xf7;
+    ql[32] = 0x01;
+    qh[0] = 2 | (0 << 2) | (3 << 4) | (1 << 6);
+    ql[64] = 0x04;
+    qh[32] = 1;
+    let mut scales: Vec<u8> = (1..=16).map(|s: i8| s as u8).collect();
+    scales[2] = (-3i8) as u8;
+    let mut data = ql.to_vec();
+    data.extend_from_slice(&qh);
+    data.extend_from_slice(&scales);
+    data.extend_from_slice(&h(0.5));
+    assert_eq!(data.len(), 210);
+    let got = dequantize(GgmlType::Q6K, &data, 256).unwrap();
+    assert_eq!(got[0], 0.5 * 1.0 * 7.0);
+    assert_eq!(got[32], 0.5 * -3.0 * -31.0);
+    assert_eq!(got[64], 0.5 * 5.0 * 31.0);
+    assert_eq!(got[96], 0.5 * 7.0 * -16.0);
+    assert_eq!(got[16], 0.5 * 2.0 * -32.0);
+    assert_eq!(got[128], 0.5 * 9.0 * -12.0);
+}
+
+#[test]
+fn wrong_sizes_and_unsupported_types_are_errors() {
+    assert_eq!(
+        dequantize(GgmlType::Q8_0, &[0u8; 34], 31),
+        Err(DequantError::PartialBlock {
+            ggml_type: GgmlType::Q8_0,
+            n_elements: 31,
+            block: 32
+        })
+    );
+    assert_eq!(
+        dequantize(GgmlType::Q4_0, &[0u8; 17], 32),
+        Err(DequantError::WrongLength {
+            ggml_type: GgmlType::Q4_0,
+            n_elements: 32,
+            expected: 18,
+            got: 17
+        })
+    );
+    let err = dequantize(GgmlType::Q5K, &[0u8; 176], 256).unwrap_err();
+    assert!(err.to_string().contains("Q5_K"), "{err}");
+    let err = dequantize(GgmlType::from_id(16), &[], 0).unwrap_err();
+    assert!(err.to_string().contains("IQ2_XXS"), "{err}");
+}
