@@ -38,6 +38,19 @@ fn check(preset: Preset) {
             "{} step {step}: max abs diff {diff}",
             preset.name()
         );
+        // Control: the logits do depend on the earliest position, so a cache that lost or
+        // misplaced entries would show up above.
+        if step % 16 == 0 {
+            let mut altered = sequence.clone();
+            altered[0] = (altered[0] + 1) % model.config.vocab as u32;
+            let other = forward_full(&model.config, &model.weights, &altered).unwrap();
+            let sensitivity = max_abs_diff(&other, &full);
+            assert!(
+                sensitivity > 1e-3,
+                "{} step {step}: {sensitivity}",
+                preset.name()
+            );
+        }
         sequence.push(argmax(&cached));
     }
     let distinct: std::collections::BTreeSet<_> = sequence[prompt.len()..].iter().collect();
