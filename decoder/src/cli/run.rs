@@ -37,7 +37,8 @@ pub struct PromptArgs {
     /// The prompt text.
     #[arg(long, default_value = "Once upon a time")]
     pub prompt: String,
-    /// Wrap the prompt in the checkpoint's chat template (from tokenizer_config.json).
+    /// Wrap the prompt in the checkpoint's chat template (from tokenizer_config.json), when it
+    /// has one.
     #[arg(long)]
     pub chat: bool,
 }
@@ -119,9 +120,16 @@ pub fn load_model(spec: &str) -> anyhow::Result<Model> {
 
 /// The prompt's token ids, through the chat template with `--chat`.
 pub fn prompt_ids(model: &Model, prompt: &PromptArgs) -> anyhow::Result<Vec<u32>> {
+    let chat = prompt.chat && model.tokenizer.has_chat_template();
+    if prompt.chat && !chat {
+        eprintln!(
+            "note: {} has no chat_template in tokenizer_config.json; --chat is ignored",
+            model.dir.display()
+        );
+    }
     let ids = model
         .tokenizer
-        .encode_prompt(&prompt.prompt, prompt.chat)
+        .encode_prompt(&prompt.prompt, chat)
         .context("cannot tokenize the prompt")?;
     anyhow::ensure!(
         !ids.is_empty(),

@@ -7,28 +7,14 @@ use anyhow::Context;
 use crate::model::synth::{ConfigLayout, DEFAULT_SEED, SynthOptions, write_preset};
 use crate::model::{Preset, WeightDtype};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum PresetArg {
-    /// Qwen3, hidden 256, 4 layers, 8/2 heads, head_dim 64, vocab 4096, tied.
-    Tiny,
-    /// Llama, hidden 288, 3 layers, 9/3 heads, head_dim 32, vocab 3000, untied, llama3 RoPE.
-    TinyLlama,
-    /// The Qwen3-0.6B shape (596 M parameters, 1.2 GB in bf16).
-    #[value(name = "qwen3-0.6b")]
-    Qwen3_0_6b,
-    /// The Llama-3.2-1B shape (1.24 B parameters, 2.5 GB in bf16).
-    Llama1b,
-}
-
-impl From<PresetArg> for Preset {
-    fn from(p: PresetArg) -> Self {
-        match p {
-            PresetArg::Tiny => Preset::Tiny,
-            PresetArg::TinyLlama => Preset::TinyLlama,
-            PresetArg::Qwen3_0_6b => Preset::Qwen3_0_6b,
-            PresetArg::Llama1b => Preset::Llama1b,
-        }
-    }
+/// Parses a preset name (the names are those of [`Preset::name`]).
+fn parse_preset(name: &str) -> Result<Preset, String> {
+    Preset::from_name(name).ok_or_else(|| {
+        format!(
+            "unknown preset '{name}'; the presets are {}",
+            Preset::names()
+        )
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -48,9 +34,11 @@ pub enum LayoutArg {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The shape to write.
-    #[arg(long, value_enum)]
-    pub preset: PresetArg,
+    /// The shape to write: tiny (Qwen3, hidden 256, 4 layers), tiny-llama (Llama, hidden 288,
+    /// 9/3 heads, untied), qwen3-0.6b (596 M parameters, 1.2 GB) or llama-1b (the Llama-3.2-1B
+    /// shape, 1.24 B parameters, 2.5 GB).
+    #[arg(long, value_parser = parse_preset)]
+    pub preset: Preset,
     /// The checkpoint directory to create (it must not exist).
     #[arg(long)]
     pub out: PathBuf,
@@ -69,7 +57,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let preset = Preset::from(args.preset);
+    let preset = args.preset;
     let opts = SynthOptions {
         seed: args.seed,
         dtype: match args.dtype {
