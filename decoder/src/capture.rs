@@ -19,7 +19,8 @@ pub struct CaptureSpec {
     pub model_name: String,
     pub prompt: String,
     pub prompt_ids: Vec<u32>,
-    /// Decode tokens to generate (EOS is ignored so every capture has the asked length).
+    /// Decode steps to run after the prefill (EOS is ignored so every capture has the asked
+    /// length); the generation holds `decode_tokens + 1` tokens, the first from the prefill.
     pub decode_tokens: usize,
     pub knobs: Knobs,
     pub timestamps: Timestamps,
@@ -29,7 +30,7 @@ pub struct CaptureSpec {
 
 /// Runs `spec` on `gpu` and returns the trace and the generation.
 pub fn capture(gpu: &Gpu, model: &Model, spec: &CaptureSpec) -> anyhow::Result<(Trace, Generation)> {
-    let max_seq = (spec.prompt_ids.len() + spec.decode_tokens + 1) as u32;
+    let max_seq = (spec.prompt_ids.len() + spec.decode_tokens + 2) as u32;
     let opts = EngineOptions {
         knobs: spec.knobs,
         timestamps: spec.timestamps,
@@ -39,7 +40,7 @@ pub fn capture(gpu: &Gpu, model: &Model, spec: &CaptureSpec) -> anyhow::Result<(
     };
     let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).context("cannot set up the Vulkan decoder")?;
     let gen_opts = GenerateOptions {
-        max_tokens: spec.decode_tokens,
+        max_tokens: spec.decode_tokens + 1,
         temperature: 0.0,
         top_p: 1.0,
         seed: 0,

@@ -91,6 +91,11 @@ pub struct Args {
     pub prompt: PromptArgs,
     #[command(flatten)]
     pub generation: GenerationArgs,
+    /// Preset for `--backend vulkan`; the knob flags override single knobs of it.
+    #[arg(long, value_enum, default_value = "fused")]
+    pub mode: crate::exec::knobs::Mode,
+    #[command(flatten)]
+    pub gpu: super::gpu::GpuArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -106,7 +111,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             run_generation(&mut backend, &model, &ids, &args.generation)?;
         }
         BackendKind::Vulkan => {
-            anyhow::bail!("the Vulkan backend is not built yet; use --backend cpu")
+            let gpu = args.gpu.open()?;
+            let knobs = args.gpu.knobs(args.mode);
+            let opts = crate::exec::engine::EngineOptions {
+                knobs,
+                timestamps: args.gpu.timestamps,
+                max_seq: (ids.len() + args.generation.max_tokens + 1) as u32,
+                max_batch: ids.len() as u32,
+                logits_readback: args.generation.dump.is_some() || args.generation.temperature > 0.0,
+            };
+            eprintln!("device: {}; {knobs}", gpu.info().name);
+            let mut engine = crate::exec::engine::Engine::new(&gpu, &model.config, &model.weights, opts)
+                .context("cannot set up the Vulkan decoder")?;
+            run_generation(&mut engine, &model, &ids, &args.generation)?;
+            let trace = profiler::trace::Trace {
+                format: profiler::trace::FORMAT_NAME.into(),
+                version: profiler::trace::FORMAT_VERSION,
+                meta: Default::default(),
+                ops: engine.ops().to_vec(),
+                tokens: engine.records().to_vec(),
+            };
+            let summary = crate::capture::summarize(&trace);
+            eprint!("{}", crate::capture::table(&[(args.mode.name(), &summary)]));
         }
     }
     Ok(())
@@ -151,9 +177,7 @@ pub fn run_generation(
     let mut write_error: Option<std::io::Error> = None;
     let generation = generate(backend, &model.tokenizer, prompt_ids, &opts, &mut |text| {
         if write_error.is_none()
-            && let Err(e) = stdout
-                .write_all(text.as_bytes())
-                .and_then(|()| stdout.flush())
+            && let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush())
         {
             write_error = Some(e);
         }
@@ -167,11 +191,7 @@ pub fn run_generation(
     if let Some(path) = &args.dump {
         write_dump(path, &generation)
             .with_context(|| format!("cannot write the dump {}", path.display()))?;
-        eprintln!(
-            "wrote {} steps of logits to {}",
-            generation.ids.len(),
-            path.display()
-        );
+        eprintln!("wrote {} steps of logits to {}", generation.ids.len(), path.display());
     }
     Ok(generation)
 }

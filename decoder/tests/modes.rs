@@ -1,0 +1,201 @@
+//! Every execution mode against the CPU reference: identical greedy tokens and logits within a
+//! relative RMS of 5e-3 at every step (‖gpu − ref‖₂ / ‖ref‖₂), with the validation layer on.
+//! Written once, run for both presets on every model and for every single-knob change away from
+//! either preset.
+mod common;
+
+use decoder::capture::{CaptureSpec, capture};
+use decoder::cli::run::load_model;
+use decoder::exec::engine::{Engine, EngineOptions, Timestamps};
+use decoder::exec::knobs::{Knobs, Mode};
+use decoder::generate::{GenerateOptions, Generation, generate};
+use decoder::model::Model;
+
+/// The seeds' bar for logits: relative RMS per step.
+const LOGITS_REL_RMS: f64 = 5e-3;
+
+fn options(steps: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens: steps,
+        temperature: 0.0,
+        top_p: 1.0,
+        seed: 0,
+        ignore_eos: true,
+        dump_logits: true,
+    }
+}
+
+fn prompt(model: &Model) -> Vec<u32> {
+    model.tokenizer.encode_prompt("The capital of France is", false).expect("tokenize the prompt")
+}
+
+fn reference(model: &Model, ids: &[u32], steps: usize) -> Generation {
+    let mut cpu = model.reference(ids.len() + steps + 1).expect("CPU reference");
+    generate(&mut cpu, &model.tokenizer, ids, &options(steps), &mut |_| {}).expect("CPU generation")
+}
+
+fn on_gpu(model: &Model, knobs: Knobs, ids: &[u32], steps: usize) -> Generation {
+    common::with_gpu(|gpu| {
+        let opts = EngineOptions {
+            knobs,
+            timestamps: Timestamps::Token,
+            max_seq: (ids.len() + steps + 1) as u32,
+            max_batch: ids.len() as u32,
+            logits_readback: true,
+        };
+        let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).expect("engine");
+        generate(&mut engine, &model.tokenizer, ids, &options(steps), &mut |_| {}).expect("GPU generation")
+    })
+}
+
+fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+fn assert_matches(what: &str, got: &Generation, want: &Generation) {
+    assert_eq!(got.ids, want.ids, "{what}: greedy tokens differ from the CPU reference");
+    let v = want.vocab;
+    assert_eq!(got.logits.len(), want.logits.len(), "{what}: logits rows");
+    let mut worst = 0.0f64;
+    for (step, (g, w)) in got.logits.chunks(v).zip(want.logits.chunks(v)).enumerate() {
+        let e = rel_rms(g, w);
+        worst = worst.max(e);
+        assert!(e < LOGITS_REL_RMS, "{what}: step {step}: logits relative RMS {e:.3e} >= {LOGITS_REL_RMS}");
+    }
+    eprintln!("{what}: {} steps match, worst logits relative RMS {worst:.2e}", want.ids.len());
+}
+
+fn check(model_name: &str, steps: usize, settings: &[(String, Knobs)]) {
+    let model = load_model(model_name).expect("load the model (run scripts/setup.sh for smollm2)");
+    let ids = prompt(&model);
+    let want = reference(&model, &ids, steps);
+    for (name, knobs) in settings {
+        let got = on_gpu(&model, *knobs, &ids, steps);
+        assert_matches(&format!("{model_name} {name} ({knobs})"), &got, &want);
+    }
+}
+
+fn presets() -> Vec<(String, Knobs)> {
+    vec![("generic".into(), Knobs::preset(Mode::Generic)), ("fused".into(), Knobs::preset(Mode::Fused))]
+}
+
+/// Every valid setting one knob away from either preset.
+fn single_flips() -> Vec<(String, Knobs)> {
+    let (g, f) = (Knobs::preset(Mode::Generic), Knobs::preset(Mode::Fused));
+    let mut out = vec![];
+    for (from, base, toward) in [("generic", g, f), ("fused", f, g)] {
+        for (knob, value, k) in base.single_flips(&toward) {
+            if k.validate(true).is_ok() {
+                out.push((format!("{from} with --{knob} {value}"), k));
+            }
+        }
+    }
+    // The knob values neither preset uses.
+    out.push(("fused with --submit every:4".into(), Knobs { submit: "every:4".parse().expect("knob"), ..f }));
+    out.push(("fused with --submit per-layer".into(), Knobs { submit: "per-layer".parse().expect("knob"), ..f }));
+    out.push(("generic with --descriptors push".into(), Knobs { descriptors: "push".parse().expect("knob"), ..g }));
+    out.push(("fused with --descriptors cached".into(), Knobs { descriptors: "cached".parse().expect("knob"), ..f }));
+    out
+}
+
+#[test]
+fn presets_match_reference_on_tiny() {
+    check("tiny", 200, &presets());
+}
+
+#[test]
+fn presets_match_reference_on_tiny_llama() {
+    check("tiny-llama", 200, &presets());
+}
+
+#[test]
+fn presets_match_reference_on_smollm2() {
+    check("smollm2", 64, &presets());
+}
+
+#[test]
+fn single_knob_changes_match_reference_on_tiny() {
+    check("tiny", 200, &single_flips());
+}
+
+#[test]
+fn replaying_primitive_kernels_is_refused() {
+    let model = load_model("tiny").expect("tiny");
+    let knobs = Knobs { recording: "once".parse().expect("knob"), ..Knobs::preset(Mode::Generic) };
+    let err = common::with_gpu(|gpu| {
+        let opts = EngineOptions { knobs, timestamps: Timestamps::Off, max_seq: 16, max_batch: 8, logits_readback: true };
+        Engine::new(gpu, &model.config, &model.weights, opts).err().expect("refused").to_string()
+    });
+    assert!(err.contains("--recording once needs --kernels fused"), "{err}");
+}
+
+/// Per-decode-token counts of `tiny`, derived from its config, against a trace written and read
+/// back through the profiler crate.
+#[test]
+fn counters_per_decode_token_on_tiny() {
+    let model = load_model("tiny").expect("tiny");
+    let c = &model.config;
+    let (layers, qk) = (c.layers as u64, c.qk_norm as u64);
+    let ids = prompt(&model);
+    for mode in [Mode::Generic, Mode::Fused] {
+        let knobs = Knobs::preset(mode);
+        let spec = CaptureSpec {
+            model_name: "tiny".into(),
+            prompt: "The capital of France is".into(),
+            prompt_ids: ids.clone(),
+            decode_tokens: 6,
+            knobs,
+            timestamps: Timestamps::Dispatch,
+            logits_readback: false,
+        };
+        let (trace, _) = common::with_gpu(|gpu| capture(gpu, &model, &spec).expect("capture"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.json");
+        profiler::io::write_trace(&path, &trace).expect("write trace");
+        let back = profiler::io::read_trace(&path).expect("read trace back");
+        assert_eq!(back, trace);
+        let decode: Vec<_> = back.tokens.iter().filter(|t| t.phase == profiler::trace::Phase::Decode).collect();
+        assert_eq!(decode.len(), 6);
+        for t in decode {
+            let k = &t.counters;
+            match mode {
+                Mode::Generic => {
+                    // embed; per layer: norm, q, k, v, (q_norm, k_norm), 2 rope, scores, softmax,
+                    // wsum, o, add, norm, gate, up, silu, down, add; final norm; lm_head.
+                    let dispatches = 1 + layers * (17 + 2 * qk) + 2;
+                    // two KV appends per layer and the logits readback.
+                    let copies = 2 * layers + 1;
+                    let submits = dispatches + copies;
+                    assert_eq!(k.dispatches, dispatches, "generic dispatches");
+                    assert_eq!(k.transfer_commands, copies, "generic copies");
+                    assert_eq!(k.submits_compute, submits, "generic submits: one per command");
+                    assert_eq!(k.submits_transfer, 0);
+                    assert_eq!(k.barrier_calls, submits, "generic: a full barrier after every command");
+                    assert_eq!(k.descriptor_writes, dispatches, "generic: one set written per dispatch");
+                    assert_eq!(k.descriptor_sets_allocated, dispatches);
+                    assert_eq!(k.command_buffers_begun, submits);
+                    assert_eq!(k.fence_waits, submits, "generic: a wait after every submit");
+                    assert_eq!(k.timestamp_writes, 2 * submits);
+                    assert_eq!(k.bytes_from_device, 4 * c.vocab as u64, "generic reads the logits back");
+                }
+                Mode::Fused => {
+                    let dispatches = 1 + 7 * layers + 2;
+                    assert_eq!(k.dispatches, dispatches, "fused dispatches");
+                    assert_eq!(k.submits_compute, 1, "fused: one submit per token");
+                    assert_eq!(k.submits_transfer, 0);
+                    assert_eq!(k.descriptor_writes, 0, "fused: no descriptor writes per token");
+                    assert_eq!(k.command_buffers_begun, 0, "fused: replayed, never re-recorded");
+                    assert_eq!(k.fence_waits, 1);
+                    assert!(k.barrier_calls <= 8 * layers + 4, "fused barriers {} > 8 per layer + 4", k.barrier_calls);
+                    assert_eq!(k.barrier_calls, 7 * layers + 3, "fused: one barrier per dependent dispatch");
+                    assert_eq!(k.bytes_from_device, 4, "fused reads back only the token");
+                    assert_eq!(k.transfer_commands, 0);
+                }
+            }
+            assert_eq!(t.gpu_spans.len() as u64, k.dispatches + k.transfer_commands, "one GPU span per command");
+            assert!(t.gpu_busy_ns.is_some_and(|g| g > 0));
+        }
+    }
+}
