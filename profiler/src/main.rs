@@ -122,7 +122,7 @@ struct Common {
     /// Decode tokens to skip at the start (warm-up); clamped to half the decode tokens.
     #[arg(long, default_value_t = profiler::DEFAULT_SKIP)]
     skip: usize,
-    /// Keep every op label as is instead of folding numeric parts (`layer.3.x` -> `layer.*.x`).
+    /// Keep every op label as is instead of folding numeric parts (`L3.q_proj` -> `L*.q_proj`).
     #[arg(long)]
     per_label: bool,
     /// Output format.

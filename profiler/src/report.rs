@@ -45,6 +45,14 @@ pub fn fmt_value(v: f64) -> String {
     }
 }
 
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
 fn fmt_pct(share: f64) -> String {
     format!("{:.1}%", share * 100.0)
 }
@@ -272,43 +280,39 @@ fn metric_table(p: &PhaseStats, format: Format, out: &mut String) {
 }
 
 fn op_table(rows: &[OpRow], regions: bool, format: Format, out: &mut String) {
-    let mut t = if regions {
-        Table::new(&[
-            ("label", false),
-            ("kind", false),
-            ("spans/token", true),
-            ("GPU us/token (median)", true),
-            ("share of GPU time", true),
-        ])
-    } else {
-        Table::new(&[
-            ("label", false),
-            ("kind", false),
-            ("dispatches/token", true),
-            ("GPU us/token (median)", true),
-            ("share of GPU time", true),
-            ("bytes/token", true),
-            ("GB/s", true),
-            ("of bandwidth", true),
-        ])
-    };
+    let mut t = Table::new(&[
+        ("label", false),
+        ("kind", false),
+        (
+            if regions {
+                "spans/token"
+            } else {
+                "dispatches/token"
+            },
+            true,
+        ),
+        ("GPU us/token (median)", true),
+        ("share of GPU time", true),
+        ("bytes/token", true),
+        ("GB/s", true),
+        ("of bandwidth", true),
+    ]);
     for r in rows {
-        let mut row = vec![
+        t.row(vec![
             r.label.clone(),
             r.kind.clone(),
             fmt_value(r.dispatches_per_token),
             fmt_value(r.gpu_us_median),
             fmt_pct(r.gpu_share),
-        ];
-        if !regions {
-            row.push(fmt_bytes(r.bytes_per_token));
-            row.push(
-                r.achieved_gbps
-                    .map_or("-".to_owned(), |v| format!("{v:.1}")),
-            );
-            row.push(r.bandwidth_share.map_or("-".to_owned(), fmt_pct));
-        }
-        t.row(row);
+            if r.bytes_per_token > 0.0 {
+                fmt_bytes(r.bytes_per_token)
+            } else {
+                "-".to_owned()
+            },
+            r.achieved_gbps
+                .map_or("-".to_owned(), |v| format!("{v:.1}")),
+            r.bandwidth_share.map_or("-".to_owned(), fmt_pct),
+        ]);
     }
     t.render(format, out);
 }
@@ -407,8 +411,9 @@ fn phase_diff_tables(p: &PhaseDiff, d: &Diff, format: Format, out: &mut String) 
     heading(
         format,
         &format!(
-            "{name} counters (median per step; A {} steps, B {} steps)",
-            p.a_steps, p.b_steps
+            "{name} counters (median per step; A {}, B {})",
+            plural(p.a_steps, "step"),
+            plural(p.b_steps, "step")
         ),
         out,
     );

@@ -174,8 +174,10 @@ pub fn is_region_kind(kind: &str) -> bool {
     kind == "token" || kind == "region"
 }
 
-/// Replaces every all-digit component of a dot-, slash- or colon-separated label with `*`, so
-/// that `layer.3.q_proj` and `layer.17.q_proj` become one row `layer.*.q_proj`.
+/// Folds the layer number out of a label so that one row covers every layer: in each dot-, slash-
+/// or colon-separated component made of ASCII letters followed by digits (or digits alone), the
+/// digits become `*`. `layer.3.q_proj` -> `layer.*.q_proj`, `L17.attn` -> `L*.attn`; `q4_1`,
+/// `attn_2` and `lm_head` stay as they are.
 pub fn fold_label(label: &str) -> String {
     let mut out = String::with_capacity(label.len());
     let mut part_start = 0;
@@ -186,7 +188,10 @@ pub fn fold_label(label: &str) -> String {
         .chain(std::iter::once((label.len(), None)));
     for (i, sep) in ends {
         let part = &label[part_start..i];
-        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+        let letters = part.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let digits = &part[letters..];
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&part[..letters]);
             out.push('*');
         } else {
             out.push_str(part);
@@ -204,7 +209,7 @@ pub fn fold_label(label: &str) -> String {
 pub struct StatsOptions {
     /// Decode tokens to skip at the start (clamped so at least half the decode tokens remain).
     pub skip: usize,
-    /// Fold numeric label components (`layer.3.q_proj` -> `layer.*.q_proj`) in the op tables.
+    /// Fold numeric label components (`L3.q_proj` -> `L*.q_proj`) in the op tables.
     pub fold_labels: bool,
 }
 
@@ -343,7 +348,7 @@ pub struct TraceStats {
     pub ops: Vec<OpRow>,
     /// `region` and `token` spans over the analysed decode tokens, by GPU time, largest first.
     pub regions: Vec<OpRow>,
-    /// Whether op labels were folded (`layer.*.q_proj`).
+    /// Whether op labels were folded (`L*.q_proj`).
     pub folded_labels: bool,
     pub memory_bandwidth_gbps: Option<f64>,
     /// Things the reader should know (skip clamped, no GPU timestamps, ...).
@@ -645,6 +650,8 @@ mod tests {
         assert_eq!(fold_label("layer.3.q_proj"), "layer.*.q_proj");
         assert_eq!(fold_label("layers/12/attn:0"), "layers/*/attn:*");
         assert_eq!(fold_label("q4_1.matvec"), "q4_1.matvec");
+        assert_eq!(fold_label("L12.q_proj"), "L*.q_proj");
+        assert_eq!(fold_label("L3a.x"), "L3a.x");
         assert_eq!(fold_label("lm_head"), "lm_head");
         assert_eq!(fold_label(""), "");
         assert_eq!(fold_label("a..1"), "a..*");

@@ -175,7 +175,7 @@ fn schedule(opts: &SynthOptions, table: &mut OpTable) -> Vec<Step> {
         transfer: false,
     });
     for l in 0..opts.layers {
-        let p = |name: &str| format!("layer.{l}.{name}");
+        let p = |name: &str| format!("L{l}.{name}");
         let mut ops: Vec<(OpInfo, u32, bool)> = Vec::new();
         match opts.kernels {
             SynthKernels::Primitive => {
@@ -297,12 +297,12 @@ pub fn synthetic_trace(opts: &SynthOptions) -> Trace {
     let mut region_ops = Vec::new();
     for l in 0..opts.layers {
         let attn = table.add(OpInfo {
-            label: format!("layer.{l}.attention"),
+            label: format!("L{l}.attn"),
             kind: "region".into(),
             ..OpInfo::default()
         });
         let ffn = table.add(OpInfo {
-            label: format!("layer.{l}.ffn"),
+            label: format!("L{l}.mlp"),
             kind: "region".into(),
             ..OpInfo::default()
         });
