@@ -174,7 +174,7 @@ pub fn chrome_trace(trace: &Trace) -> ChromeTrace {
             let mut s = event("submit".to_owned(), "s", HOST_PID, Some(HOST_TID));
             s.cat = Some("submit".to_owned());
             s.id = Some(flow_id);
-            s.ts = Some(ts(h.start_ns() + h.dur_ns() / 2));
+            s.ts = Some(ts(h.start_ns().saturating_add(h.dur_ns() / 2)));
             let mut f = event(
                 "submit".to_owned(),
                 "f",
@@ -184,7 +184,7 @@ pub fn chrome_trace(trace: &Trace) -> ChromeTrace {
             f.cat = Some("submit".to_owned());
             f.id = Some(flow_id);
             f.bp = Some("e");
-            f.ts = Some(ts(g.start_ns() + g.dur_ns() / 2));
+            f.ts = Some(ts(g.start_ns().saturating_add(g.dur_ns() / 2)));
             events.push(s);
             events.push(f);
         }

@@ -331,13 +331,21 @@ fn check_identity(
     Ok(())
 }
 
-/// Checks the references inside a trace that analysis relies on.
+/// Checks the references inside a trace that analysis relies on: every GPU span names an op, and
+/// no counter sum overflows.
 pub fn validate(trace: &Trace) -> Result<(), String> {
     if trace.version == 0 {
         return Err("format version 0 does not exist; the first version is 1".to_owned());
     }
     let n_ops = trace.ops.len();
     for (i, token) in trace.tokens.iter().enumerate() {
+        // `Counters::submits` adds both queues; a sum past u64 is corruption, not a count.
+        let c = &token.counters;
+        if c.submits_compute.checked_add(c.submits_transfer).is_none() {
+            return Err(format!(
+                "step {i}: submits_compute + submits_transfer exceeds 2^64"
+            ));
+        }
         if let Some((j, span)) = token
             .gpu_spans
             .iter()

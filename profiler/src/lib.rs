@@ -23,6 +23,8 @@
 pub mod bootstrap;
 pub mod diff;
 pub mod export;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gates;
 pub mod io;
 pub mod report;

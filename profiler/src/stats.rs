@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::trace::{Counters, GpuSpan, Phase, TokenRecord, Trace};
+use crate::trace::{Counters, GpuSpan, OpInfo, Phase, TokenRecord, Trace};
 
 /// Times summarized per token, in microseconds.
 pub const TIME_METRICS: [&str; 4] = ["host_enqueue_us", "host_wait_us", "gpu_us", "wall_us"];
@@ -157,16 +157,24 @@ pub fn union_ns(spans: &[GpuSpan]) -> u64 {
         cur = match cur {
             Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
             Some((cs, ce)) => {
-                total += ce - cs;
+                total = total.saturating_add(ce - cs);
                 Some((s, e))
             }
             None => Some((s, e)),
         };
     }
     if let Some((cs, ce)) = cur {
-        total += ce - cs;
+        total = total.saturating_add(ce - cs);
     }
     total
+}
+
+/// [`OpInfo::bytes_at`] without overflow: a trace's numbers come from a file.
+pub fn bytes_at(op: &OpInfo, kv_len: u64) -> u64 {
+    let per_kv = op.bytes_read_per_kv.saturating_add(op.bytes_written_per_kv);
+    op.bytes_read
+        .saturating_add(op.bytes_written)
+        .saturating_add(per_kv.saturating_mul(kv_len))
 }
 
 /// Whether spans of this op kind are regions or whole tokens rather than single dispatches.
@@ -512,7 +520,7 @@ pub(crate) fn op_rows(
     let mut gpu_total_ns = 0u64;
     for (t, &i) in steps.iter().enumerate() {
         let r = &trace.tokens[i];
-        gpu_total_ns += gpu_busy_ns(trace, r).unwrap_or(0);
+        gpu_total_ns = gpu_total_ns.saturating_add(gpu_busy_ns(trace, r).unwrap_or(0));
         let kv = r.kv_len as u64;
         for s in &r.gpu_spans {
             let Some(info) = trace.ops.get(s.op() as usize) else {
@@ -520,8 +528,8 @@ pub(crate) fn op_rows(
             };
             let row = op_row[s.op() as usize];
             count[row] += 1;
-            ns[row][t] += s.dur_ns();
-            bytes[row][t] += info.bytes_at(kv);
+            ns[row][t] = ns[row][t].saturating_add(s.dur_ns());
+            bytes[row][t] = bytes[row][t].saturating_add(bytes_at(info, kv));
         }
     }
     let mut ops = Vec::new();
@@ -530,8 +538,8 @@ pub(crate) fn op_rows(
         if count[row] == 0 {
             continue;
         }
-        let total_ns: u64 = ns[row].iter().sum();
-        let total_bytes: u64 = bytes[row].iter().sum();
+        let total_ns = ns[row].iter().fold(0u64, |a, &b| a.saturating_add(b));
+        let total_bytes = bytes[row].iter().fold(0u64, |a, &b| a.saturating_add(b));
         let mut us: Vec<f64> = ns[row].iter().map(|&v| v as f64 / 1_000.0).collect();
         let samples = us.clone();
         us.sort_by(f64::total_cmp);
