@@ -1,6 +1,8 @@
 //! Dequantization of every supported ggml type against blocks built here by hand, with values
 //! worked out from the block layout (not by calling a quantizer).
 
+#![allow(clippy::unwrap_used)] // Tests unwrap: a failure is a test failure.
+
 use decoder::gguf::{DequantError, GgmlType, dequantize};
 use half::{bf16, f16};
 
@@ -44,8 +46,8 @@ fn q8_0_is_scale_times_signed_byte() {
     data.extend(std::iter::repeat_n(127u8, 31));
     data.push(0x80);
     let got = dequantize(GgmlType::Q8_0, &data, 64).unwrap();
-    for j in 0..32 {
-        assert_eq!(got[j], 0.5 * (j as f32 - 16.0), "element {j}");
+    for (j, &v) in got[..32].iter().enumerate() {
+        assert_eq!(v, 0.5 * (j as f32 - 16.0), "element {j}");
     }
     assert!(got[32..63].iter().all(|&v| v == -31.75));
     assert_eq!(got[63], 32.0);
@@ -160,7 +162,7 @@ fn q6_k_combines_low_nibbles_and_high_bit_pairs() {
     let mut qh = [0u8; 64];
     ql[0] = 0xf7;
     ql[32] = 0x01;
-    qh[0] = 2 | (0 << 2) | (3 << 4) | (1 << 6);
+    qh[0] = 2 | (3 << 4) | (1 << 6); // bits 2-3 are 0
     ql[64] = 0x04;
     qh[32] = 1;
     let mut scales: Vec<u8> = (1..=16).map(|s: i8| s as u8).collect();

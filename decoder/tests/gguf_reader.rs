@@ -1,6 +1,8 @@
 //! GGUF reader: a hand-built file with metadata of every value type (arrays included) and a few
 //! tensors round-trips through the reader; damaged files give errors that name the file.
 
+#![allow(clippy::unwrap_used)] // Tests unwrap: a failure is a test failure.
+
 mod gguf_util;
 
 use decoder::gguf::{GgmlType, GgufError, GgufFile, Value, ValueType, dequantize};

@@ -9,6 +9,8 @@
 //! likelihood of a plain English text, which must be clearly better with the imported layout
 //! than with llama.cpp's.
 
+#![allow(clippy::unwrap_used)] // Tests unwrap: a failure is a test failure.
+
 mod gguf_util;
 
 use std::path::PathBuf;

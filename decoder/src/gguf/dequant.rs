@@ -135,7 +135,7 @@ impl GgmlType {
     /// a whole number of blocks.
     pub fn row_bytes(self, cols: u64) -> Option<u64> {
         let (elems, bytes) = self.block_layout()?;
-        (cols % elems == 0).then(|| cols / elems * bytes)
+        cols.is_multiple_of(elems).then(|| cols / elems * bytes)
     }
 
     pub fn can_dequantize(self) -> bool {
@@ -234,7 +234,7 @@ pub fn dequantize(
         .block_layout()
         .ok_or(DequantError::UnsupportedType(ggml_type))?;
     let (block_elems, block_bytes) = (block_elems as usize, block_bytes as usize);
-    if n_elements % block_elems != 0 {
+    if !n_elements.is_multiple_of(block_elems) {
         return Err(DequantError::PartialBlock {
             ggml_type,
             n_elements,

@@ -367,14 +367,14 @@ fn read_hparams(gguf: &GgufFile) -> Result<Hparams, ImportError> {
     let n_heads = req("attention.head_count")?;
     let n_kv_heads = opt("attention.head_count_kv")?.unwrap_or(n_heads);
     let context_length = req("context_length")?;
-    if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+    if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
         return Err(unsupported(format!(
             "{n_heads} query heads cannot share {n_kv_heads} key/value heads"
         )));
     }
     let head_dim = match opt("attention.key_length")? {
         Some(d) => d,
-        None if hidden % n_heads == 0 => hidden / n_heads,
+        None if hidden.is_multiple_of(n_heads) => hidden / n_heads,
         None => {
             return Err(unsupported(format!(
                 "hidden size {hidden} is not a multiple of {n_heads} heads and {a}.attention.key_length is missing"
@@ -395,7 +395,7 @@ fn read_hparams(gguf: &GgufFile) -> Result<Hparams, ImportError> {
             "RoPE on {rot} of {head_dim} head dimensions (partial rotary) is not supported"
         )));
     }
-    if head_dim % 2 != 0 {
+    if !head_dim.is_multiple_of(2) {
         return Err(unsupported(format!("head dimension {head_dim} is odd")));
     }
     let rms_norm_eps = meta_f64(gguf, &format!("{a}.attention.layer_norm_rms_epsilon"))?
@@ -760,11 +760,11 @@ pub fn unpermute_rope_rows(gguf: &[f32], n_heads: usize, cols: usize) -> Option<
 
 /// `(head_dim, head_dim / 2)` for `len` values in rows of `cols`, split into `n_heads` heads.
 fn rope_head_split(len: usize, n_heads: usize, cols: usize) -> Option<(usize, usize)> {
-    if cols == 0 || n_heads == 0 || len % cols != 0 {
+    if cols == 0 || n_heads == 0 || !len.is_multiple_of(cols) {
         return None;
     }
     let rows = len / cols;
-    if rows % n_heads != 0 || (rows / n_heads) % 2 != 0 {
+    if !rows.is_multiple_of(n_heads) || !(rows / n_heads).is_multiple_of(2) {
         return None;
     }
     let head_dim = rows / n_heads;
@@ -804,7 +804,7 @@ fn write_weights(
         offset += bytes;
     }
     let mut header_bytes = Json::Object(header).to_string().into_bytes();
-    while header_bytes.len() % 8 != 0 {
+    while !header_bytes.len().is_multiple_of(8) {
         header_bytes.push(b' ');
     }
 
@@ -971,6 +971,7 @@ impl Drop for Staging {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests unwrap: a failure is a test failure.
 mod tests {
     use super::*;
 

@@ -405,7 +405,7 @@ impl GgufFile {
             }
             let ggml_type = GgmlType::from_id(src.u32(&what)?);
             let offset = src.u64(&what)?;
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(src.malformed(format!(
                     "tensor {name:?} starts at offset {offset}, which is not a multiple of the \
                      alignment {alignment}"

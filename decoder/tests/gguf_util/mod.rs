@@ -1,6 +1,7 @@
 //! Test support shared by the `gguf_*` tests: a small GGUF writer (written from the format
 //! description, independently of the reader) and a tiny synthetic Llama/Qwen3 model.
-#![allow(dead_code)]
+#![allow(dead_code)] // Each test binary uses a different part.
+#![allow(clippy::unwrap_used)] // Test support: a failure is a test failure.
 
 use std::path::{Path, PathBuf};
 
