@@ -11,13 +11,11 @@
 
 #![allow(clippy::unwrap_used)] // Tests unwrap: a failure is a test failure.
 
-mod gguf_util;
-
 use std::path::PathBuf;
 
 use decoder::generate::{GenerateOptions, StopReason, generate};
 use decoder::gguf::{GgufFile, permute_rope_rows};
-use decoder::model::{Model, SMOLLM2, cached_model_dir};
+use decoder::model::{Model, SMOLLM2, cache_dir, cached_model_dir};
 
 /// The imported checkpoint; fails (not skips) when setup has not run, since CI runs setup first.
 fn smollm2_dir() -> PathBuf {
@@ -33,7 +31,9 @@ fn smollm2_dir() -> PathBuf {
 
 /// The GGUF file the checkpoint was imported from (kept by the fetch script).
 fn smollm2_gguf() -> PathBuf {
-    let path = gguf_util::cache_dir().join("downloads/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = cache_dir()
+        .expect("the decodescope cache directory")
+        .join("downloads/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(
         path.is_file(),
         "{} is missing; run `scripts/fetch-smollm2.sh target/debug/decoder`",

@@ -836,11 +836,13 @@ fn write_weights(
         if let RowTransform::UnpermuteRope { n_heads } = p.transform {
             let cols = t.dims[0] as usize;
             values = unpermute_rope_rows(&values, n_heads, cols).ok_or_else(|| {
-                ImportError::BadShape {
+                ImportError::NotRepresentable {
                     path: gguf.path().to_path_buf(),
                     tensor: t.name.clone(),
-                    found: t.shape(),
-                    expected: vec![],
+                    what: format!(
+                        "shape {:?} does not split into {n_heads} heads of an even size",
+                        t.shape()
+                    ),
                 }
             })?;
         }

@@ -3,7 +3,7 @@
 #![allow(dead_code)] // Each test binary uses a different part.
 #![allow(clippy::unwrap_used)] // Test support: a failure is a test failure.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use decoder::gguf::{Array, Value, ValueType};
 
@@ -514,16 +514,4 @@ pub fn tiny_model(arch: &str) -> TinyModel {
 /// A fresh temporary directory.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
-}
-
-/// The decodescope cache directory: $DECODESCOPE_CACHE, else $XDG_CACHE_HOME/decodescope, else
-/// ~/.cache/decodescope (what scripts/fetch-smollm2.sh uses).
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("DECODESCOPE_CACHE").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("decodescope");
-    }
-    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/decodescope")
 }
