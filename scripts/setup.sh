@@ -34,9 +34,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-  if [ -x "$HOME/.cargo/bin/cargo" ]; then :; else
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then export PATH="$HOME/.cargo/bin:$PATH"; else
     echo "setup: installing the Rust toolchain with rustup"
     curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c clippy,rustfmt
+    export PATH="$HOME/.cargo/bin:$PATH"
   fi
+fi
+if command -v rustup >/dev/null 2>&1; then
+  for c in clippy rustfmt; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" >/dev/null
+  done
 fi
 echo "setup: ok"
