@@ -1,0 +1,190 @@
+//! Per-token series of one trace: the six quantities the per-token plots show.
+
+use profiler::stats::{is_region_kind, union_ns};
+use profiler::{GpuSpan, TokenRecord, Trace};
+
+/// A quantity plotted per token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Metric {
+    HostEnqueueUs,
+    GpuUs,
+    WallUs,
+    Submits,
+    Barriers,
+    DescriptorWrites,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 6] = [
+        Metric::HostEnqueueUs,
+        Metric::GpuUs,
+        Metric::WallUs,
+        Metric::Submits,
+        Metric::Barriers,
+        Metric::DescriptorWrites,
+    ];
+
+    /// The plot title.
+    pub fn title(self) -> &'static str {
+        match self {
+            Metric::HostEnqueueUs => "host enqueue (us)",
+            Metric::GpuUs => "GPU time (us)",
+            Metric::WallUs => "wall time (us)",
+            Metric::Submits => "submits",
+            Metric::Barriers => "barrier calls",
+            Metric::DescriptorWrites => "descriptor writes",
+        }
+    }
+
+    /// The metric's name in `profiler stats` / `diff` (a time or a counter name).
+    pub fn profiler_name(self) -> &'static str {
+        match self {
+            Metric::HostEnqueueUs => "host_enqueue_us",
+            Metric::GpuUs => "gpu_us",
+            Metric::WallUs => "wall_us",
+            Metric::Submits => "submits",
+            Metric::Barriers => "barrier_calls",
+            Metric::DescriptorWrites => "descriptor_writes",
+        }
+    }
+
+    /// The value for one step; `None` when the trace has no such value (GPU time without
+    /// timestamps).
+    pub fn value(self, trace: &Trace, r: &TokenRecord) -> Option<f64> {
+        let us = |ns: u64| ns as f64 / 1_000.0;
+        match self {
+            Metric::HostEnqueueUs => Some(us(r.host_enqueue_ns)),
+            Metric::GpuUs => gpu_busy_ns(trace, r).map(us),
+            Metric::WallUs => Some(us(r.wall_ns)),
+            Metric::Submits => Some(r.counters.submits() as f64),
+            Metric::Barriers => Some(r.counters.barrier_calls as f64),
+            Metric::DescriptorWrites => Some(r.counters.descriptor_writes as f64),
+        }
+    }
+}
+
+/// GPU busy time of a step, by the rule of TRACE_FORMAT.md that `profiler stats` applies: the
+/// recorded `gpu_busy_ns`, else the union of its dispatch spans (or of all its spans when it has
+/// only region or token spans); `None` without GPU spans.
+pub fn gpu_busy_ns(trace: &Trace, r: &TokenRecord) -> Option<u64> {
+    if let Some(v) = r.gpu_busy_ns {
+        return Some(v);
+    }
+    if r.gpu_spans.is_empty() {
+        return None;
+    }
+    let dispatch: Vec<GpuSpan> = r
+        .gpu_spans
+        .iter()
+        .filter(|s| {
+            trace
+                .ops
+                .get(s.op() as usize)
+                .is_some_and(|o| !is_region_kind(&o.kind))
+        })
+        .copied()
+        .collect();
+    Some(if dispatch.is_empty() {
+        union_ns(&r.gpu_spans)
+    } else {
+        union_ns(&dispatch)
+    })
+}
+
+/// Every [`Metric`] for every step of a trace, in trace order; NaN where a value is missing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceSeries {
+    /// `values[m][i]`: metric `Metric::ALL[m]` of step `i`.
+    values: Vec<Vec<f64>>,
+}
+
+impl TraceSeries {
+    pub fn of(trace: &Trace) -> TraceSeries {
+        let values = Metric::ALL
+            .iter()
+            .map(|m| {
+                trace
+                    .tokens
+                    .iter()
+                    .map(|r| m.value(trace, r).unwrap_or(f64::NAN))
+                    .collect()
+            })
+            .collect();
+        TraceSeries { values }
+    }
+
+    /// The values of `metric` by step index (NaN where missing).
+    pub fn get(&self, metric: Metric) -> &[f64] {
+        let i = Metric::ALL.iter().position(|m| *m == metric).unwrap_or(0);
+        self.values.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.first().map_or(0, Vec::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler::{OpInfo, SynthOptions, synthetic_trace};
+
+    #[test]
+    fn gpu_busy_falls_back_to_the_union_of_dispatch_spans() {
+        let mut t = synthetic_trace(&SynthOptions {
+            decode_tokens: 2,
+            layers: 1,
+            ..SynthOptions::default()
+        });
+        t.ops = vec![
+            OpInfo {
+                label: "a".into(),
+                kind: "matvec".into(),
+                ..OpInfo::default()
+            },
+            OpInfo {
+                label: "token".into(),
+                kind: "token".into(),
+                ..OpInfo::default()
+            },
+        ];
+        let r = &mut t.tokens[1];
+        r.gpu_busy_ns = None;
+        // Two overlapping dispatches (union 15) inside a token span of 100 that must not count.
+        r.gpu_spans = vec![
+            GpuSpan(0, 10, 10, 0, 0),
+            GpuSpan(0, 15, 10, 0, 0),
+            GpuSpan(1, 0, 100, 0, 0),
+        ];
+        let r = &t.tokens[1];
+        assert_eq!(gpu_busy_ns(&t, r), Some(15));
+        let mut only_token = r.clone();
+        only_token.gpu_spans.truncate(0);
+        assert_eq!(gpu_busy_ns(&t, &only_token), None);
+        only_token.gpu_spans.push(GpuSpan(1, 0, 100, 0, 0));
+        assert_eq!(gpu_busy_ns(&t, &only_token), Some(100));
+    }
+
+    #[test]
+    fn series_follow_the_records() {
+        let t = synthetic_trace(&SynthOptions {
+            decode_tokens: 5,
+            layers: 2,
+            ..SynthOptions::default()
+        });
+        let s = TraceSeries::of(&t);
+        assert_eq!(s.len(), t.tokens.len());
+        for (i, r) in t.tokens.iter().enumerate() {
+            assert_eq!(s.get(Metric::WallUs)[i], r.wall_ns as f64 / 1000.0);
+            assert_eq!(s.get(Metric::Submits)[i], r.counters.submits() as f64);
+            assert_eq!(
+                s.get(Metric::DescriptorWrites)[i],
+                r.counters.descriptor_writes as f64
+            );
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Op breakdown: GPU us per token per (folded) label, A against B as paired bars, with the
+//! achieved GB/s and the share of the device bandwidth (or of the GPU time when the trace records
+//! no bandwidth). The numbers are the profiler's per-op table over the analysed decode tokens.
+
+use eframe::egui::{self, RichText};
+use egui_plot::{Bar, BarChart, Legend, Plot};
+
+use crate::app::AnalysisState;
+use crate::logic::format::{fmt_bytes, fmt_pct, fmt_value};
+use crate::logic::ops::{OpPair, OpSide};
+use crate::logic::session::{Session, SlotId};
+use crate::logic::summary::{SummaryRow, SummaryTable, Tone, tone_of};
+use crate::panels::table;
+use crate::theme;
+
+pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
+    let Some(a) = state.ready() else {
+        ui.horizontal(|ui| {
+            ui.spinner();
+            ui.label("computing the per-op table…");
+        });
+        return;
+    };
+    if a.ops.is_empty() {
+        ui.weak(
+            "No dispatch spans in the analysed decode tokens: capture with --timestamps dispatch \
+             to see per-op times.",
+        );
+        return;
+    }
+    let names: Vec<String> = SlotId::BOTH
+        .iter()
+        .map(|s| {
+            session.loaded(*s).map_or_else(
+                || format!("{} (not open)", s.name()),
+                |t| format!("{} {}", s.name(), t.mode()),
+            )
+        })
+        .collect();
+    let bandwidth_known = a.bandwidth_gbps.iter().any(Option::is_some);
+    ui.horizontal(|ui| {
+        ui.label(
+            RichText::new(format!("■ {}", names[0]))
+                .color(theme::A_COLOR)
+                .strong(),
+        );
+        ui.label(
+            RichText::new(format!("■ {}", names[1]))
+                .color(theme::B_COLOR)
+                .strong(),
+        );
+        ui.weak(format!(
+            "· median GPU us per decode token (first {} / {} tokens skipped) · labels with layer \
+             numbers folded into *",
+            a.skip[0], a.skip[1]
+        ));
+        if !bandwidth_known {
+            ui.weak("· the traces record no device bandwidth: shares are of GPU time");
+        }
+    });
+    let avail = ui.available_size();
+    let chart_w = (avail.x * 0.42).max(300.0);
+    ui.horizontal_top(|ui| {
+        chart(ui, &a.ops, &names, [chart_w, avail.y - 8.0]);
+        ui.separator();
+        egui::ScrollArea::both()
+            .id_salt("ops_table")
+            .auto_shrink([false, false])
+            .show(ui, |ui| {
+                ui.vertical(|ui| {
+                    table::show(
+                        ui,
+                        "ops_pairs",
+                        &pairs_table(&a.ops, bandwidth_known, a.bandwidth_gbps),
+                    );
+                });
+            });
+    });
+}
+
+/// Horizontal paired bars, the slowest label on top.
+fn chart(ui: &mut egui::Ui, ops: &[OpPair], names: &[String], [w, h]: [f32; 2]) {
+    let n = ops.len();
+    // Label i sits at y = n - 1 - i so the first (slowest) is on top.
+    let y_of = |i: usize| (n - 1 - i) as f64;
+    let bars = |side: usize| -> Vec<Bar> {
+        ops.iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let s = if side == 0 { p.a } else { p.b }?;
+                let offset = if side == 0 { 0.2 } else { -0.2 };
+                let color = theme::side_color(side);
+                Some(
+                    Bar::new(y_of(i) + offset, s.gpu_us)
+                        .width(0.38)
+                        .fill(color)
+                        .stroke(egui::Stroke::new(1.0, color))
+                        .name(format!("{}\n{} us/token", p.label, fmt_value(s.gpu_us))),
+                )
+            })
+            .collect()
+    };
+    let labels: Vec<String> = ops.iter().map(|p| p.label.clone()).collect();
+    Plot::new("op_bars")
+        .width(w)
+        .height(h.max(200.0))
+        .legend(Legend::default())
+        .allow_scroll(false)
+        .allow_drag([true, false])
+        .allow_zoom([true, false])
+        .y_axis_min_width(150.0)
+        .x_axis_label("GPU us per decode token (median)")
+        .y_grid_spacer(move |_input| {
+            (0..n)
+                .map(|i| egui_plot::GridMark {
+                    value: i as f64,
+                    step_size: 1.0,
+                })
+                .collect()
+        })
+        .y_axis_formatter(move |mark, _range| {
+            let v = mark.value.round();
+            if (mark.value - v).abs() > 1e-6 || v < 0.0 || v as usize >= n {
+                return String::new();
+            }
+            labels.get(n - 1 - v as usize).cloned().unwrap_or_default()
+        })
+        .show(ui, |pui| {
+            pui.bar_chart(
+                BarChart::new(names[0].clone(), bars(0))
+                    .horizontal()
+                    .color(theme::A_COLOR),
+            );
+            pui.bar_chart(
+                BarChart::new(names[1].clone(), bars(1))
+                    .horizontal()
+                    .color(theme::B_COLOR),
+            );
+        });
+}
+
+fn share(s: &OpSide, bandwidth_known: bool) -> String {
+    if bandwidth_known {
+        s.bandwidth_share.map_or("-".to_owned(), fmt_pct)
+    } else {
+        fmt_pct(s.gpu_share)
+    }
+}
+
+fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> SummaryTable {
+    let share_name = if bandwidth_known {
+        "of bandwidth"
+    } else {
+        "of GPU time"
+    };
+    let cols: Vec<(String, bool)> = vec![
+        ("label".into(), false),
+        ("kind".into(), false),
+        ("A us".into(), true),
+        ("B us".into(), true),
+        ("B/A".into(), true),
+        ("A GB/s".into(), true),
+        ("B GB/s".into(), true),
+        (format!("A {share_name}"), true),
+        (format!("B {share_name}"), true),
+        ("A bytes".into(), true),
+        ("B bytes".into(), true),
+    ];
+    let opt =
+        |s: Option<OpSide>, f: &dyn Fn(&OpSide) -> String| s.as_ref().map_or("-".to_owned(), f);
+    let rows = ops
+        .iter()
+        .map(|p| {
+            let ratio = match (p.a, p.b) {
+                (Some(a), Some(b)) if a.gpu_us > 0.0 => format!("{:.2}x", b.gpu_us / a.gpu_us),
+                _ => "-".to_owned(),
+            };
+            SummaryRow {
+                cells: vec![
+                    p.label.clone(),
+                    p.kind.clone(),
+                    opt(p.a, &|s| fmt_value(s.gpu_us)),
+                    opt(p.b, &|s| fmt_value(s.gpu_us)),
+                    ratio,
+                    opt(p.a, &|s| {
+                        s.achieved_gbps.map_or("-".into(), |g| format!("{g:.1}"))
+                    }),
+                    opt(p.b, &|s| {
+                        s.achieved_gbps.map_or("-".into(), |g| format!("{g:.1}"))
+                    }),
+                    opt(p.a, &|s| share(s, bandwidth_known)),
+                    opt(p.b, &|s| share(s, bandwidth_known)),
+                    opt(p.a, &|s| fmt_bytes(s.bytes_per_token)),
+                    opt(p.b, &|s| fmt_bytes(s.bytes_per_token)),
+                ],
+                tone: if p.a.is_some() && p.b.is_some() {
+                    tone_of(p.change)
+                } else {
+                    Tone::Neutral
+                },
+                significant: matches!(
+                    p.change,
+                    profiler::Change::Increase | profiler::Change::Decrease
+                ),
+            }
+        })
+        .collect();
+    let bw_text = |b: Option<f64>| b.map_or("not recorded".to_owned(), |g| format!("{g:.0} GB/s"));
+    SummaryTable {
+        title: format!(
+            "per label, decode tokens (device bandwidth: A {}, B {})",
+            bw_text(bw[0]),
+            bw_text(bw[1])
+        ),
+        columns: cols.iter().map(|c| c.0.clone()).collect(),
+        right: cols.iter().map(|c| c.1).collect(),
+        toned: vec![4],
+        rows,
+    }
+}
