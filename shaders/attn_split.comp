@@ -6,35 +6,37 @@
 // heads h, partial[h, s] = (m, l, o[0..hd]): the max scaled score, the sum of exp(score - m) and
 // the unnormalized output sum exp(score - m) * v (an empty split writes m = -inf, l = 0, o = 0).
 //
-// The split is processed in tiles of up to WG positions:
-//   1. invocation t computes the G scores of position t (K row read once, q staged in shared);
-//   2. per head, the tile max (subgroupMax, then across subgroups through shared memory) updates
-//      the running max m; every invocation keeps the same m, so the rescale factor
-//      alpha = exp(m_old - m_new) is known everywhere without another round;
-//   3. p = exp(score - m_new) goes to shared memory; each (part, d) slot, owned by one invocation
-//      for the whole run, accumulates o = o * alpha + sum_t p_t * V[t, d] over its share of the
-//      tile's positions (parts = WG / hd interleaved shares when WG > hd, so every invocation works).
-// Each invocation's share of the sum of exp is rescaled the same way and reduced at the end.
+// The split is processed in tiles of TILE positions:
+//   1. the whole workgroup copies the tile's K and V rows into shared memory with coalesced
+//      16-byte loads that are all independent (one memory round trip per tile);
+//   2. one invocation per (head, position) computes a score from shared memory (q staged once,
+//      pre-scaled), with four independent partial sums;
+//   3. one invocation per head updates the running max m, turns the scores into
+//      p = exp(score - m_new), adds them to the running sum l and publishes the rescale factor
+//      alpha = exp(m_old - m_new);
+//   4. every invocation owns fixed output slots (head, d), kept in registers for the whole run:
+//      o = o * alpha + sum_p p * V[p, d].
 //
-// Limits: head_dim % 4 == 0, head_dim <= 128, G <= 8, WG a power of two in [32, 256].
+// Limits: head_dim % 4 == 0, head_dim <= 128, G <= 8, WG >= 32 (about 21 KiB of shared memory
+// whatever WG is). On an H200, WG = 256 with splits of 16 to 64 positions was fastest.
 // Bindings: 0 params, 1 q f32 [heads, hd], 2 k_cache f32 [max_seq, kv_heads, hd],
 // 3 v_cache f32 [max_seq, kv_heads, hd], 4 partial f32 [heads, n_splits, hd + 2].
 // Groups: (n_splits, kv_heads, 1).
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
 
 const uint MAX_G = 8;
-const uint MAX_HD = 128;
-// Span of one head's output slots: parts * hd <= max(WG, MAX_HD).
-const uint O_SPAN = (WG > MAX_HD) ? WG : MAX_HD;
+const uint MAX_HD4 = 32;       // head_dim / 4 <= 32
+const uint PAD_HD4 = MAX_HD4 + 1;  // padded row stride: rows read column-wise hit distinct banks
+const uint TILE = 16;
+// Output slots (head, d) per invocation: slot = tid + k * WG for k < O_PER.
+const uint O_PER = (MAX_G * MAX_HD4 * 4 + WG - 1) / WG;
 
 layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; };
 layout(set = 0, binding = 1) readonly buffer Q { vec4 q4[]; };
 layout(set = 0, binding = 2) readonly buffer K { vec4 k4[]; };
-layout(set = 0, binding = 3) readonly buffer V { float v_cache[]; };
+layout(set = 0, binding = 3) readonly buffer V { vec4 v4[]; };
 layout(set = 0, binding = 4) writeonly buffer Partial { float partial[]; };
 
 layout(push_constant) uniform Push {
@@ -48,10 +50,11 @@ layout(push_constant) uniform Push {
     uint pad2;
 } pc;
 
-shared vec4 q_sh[MAX_G * MAX_HD / 4];  // the group's q heads, pre-scaled: [G, hd / 4]
-shared float p_sh[MAX_G * WG];         // the tile's probabilities: [G, WG]
-shared float red_sh[MAX_G * WG];       // per-subgroup maxima or sums: [G, subgroups]
-shared float o_sh[MAX_G * O_SPAN];     // running unnormalized outputs: [G, parts * hd]
+shared vec4 q_sh[MAX_G * PAD_HD4];  // the group's q heads, pre-scaled: [G, hd / 4] (padded rows)
+shared vec4 k_sh[TILE * PAD_HD4];   // the tile's K rows (padded rows)
+shared vec4 v_sh[TILE * MAX_HD4];   // the tile's V rows
+shared float p_sh[MAX_G * TILE];    // scores, then probabilities: [G, TILE]
+shared float alpha_sh[MAX_G];       // this tile's rescale factor per head
 
 void main() {
     uint split = gl_WorkGroupID.x;
@@ -69,110 +72,102 @@ void main() {
     uint begin = min(kv_len, split * chunk);
     uint end = min(kv_len, begin + chunk);
 
-    uint parts = max(1u, WG / hd);
-    uint n_slots = parts * hd;
-    for (uint i = tid; i < group * hd4; i += WG) q_sh[i] = q4[kvh * group * hd4 + i] * pc.scale;
-    for (uint w = tid; w < n_slots; w += WG) {
-        [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-            if (g < group) o_sh[g * O_SPAN + w] = 0.0;
-        }
+    for (uint i = tid; i < group * hd4; i += WG) {
+        uint g = i / hd4;
+        q_sh[g * PAD_HD4 + (i - g * hd4)] = q4[kvh * group * hd4 + i] * pc.scale;
     }
-    barrier();
 
-    float m_run[MAX_G];
-    float l_part[MAX_G];
-    [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-        m_run[g] = neg_inf;
-        l_part[g] = 0.0;
+    // Running max and sum of exp, kept by invocation g < group for head g.
+    float m_run = neg_inf;
+    float l_run = 0.0;
+    // This invocation's output slots: slot tid + k * WG is (head slot_g[k], dim slot_d[k]).
+    float o[O_PER];
+    uint slot_g[O_PER];
+    uint slot_d[O_PER];
+    [[unroll]] for (uint k = 0; k < O_PER; k++) {
+        o[k] = 0.0;
+        uint slot = tid + k * WG;
+        slot_g[k] = slot / hd;
+        slot_d[k] = slot - slot_g[k] * hd;
     }
-    uint sg = gl_SubgroupID;
-    uint nsg = gl_NumSubgroups;
     uint row4 = pc.kv_heads * hd4;
-    uint row = pc.kv_heads * hd;
 
-    for (uint t0 = begin; t0 < end; t0 += WG) {
-        uint n = min(WG, end - t0);
-        bool live = tid < n;
+    for (uint t0 = begin; t0 < end; t0 += TILE) {
+        uint n = min(TILE, end - t0);
 
-        // 1. Scores of position t0 + tid for every head of the group.
-        float s[MAX_G];
-        [[unroll]] for (uint g = 0; g < MAX_G; g++) s[g] = live ? 0.0 : neg_inf;
-        if (live) {
-            uint kb = (t0 + tid) * row4 + kvh * hd4;
-            for (uint d4 = 0; d4 < hd4; d4++) {
-                vec4 kv = k4[kb + d4];
-                [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-                    if (g < group) s[g] += dot(q_sh[g * hd4 + d4], kv);
-                }
-            }
-        }
-
-        // 2. Tile max per head, then the running max and the rescale factor.
-        [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-            if (g < group) {
-                float mx = subgroupMax(s[g]);
-                if (subgroupElect()) red_sh[g * WG + sg] = mx;
-            }
-        }
-        barrier();
-        float alpha[MAX_G];
-        [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-            alpha[g] = 1.0;
-            if (g < group) {
-                float mt = neg_inf;
-                for (uint i = 0; i < nsg; i++) mt = max(mt, red_sh[g * WG + i]);
-                float m_new = max(m_run[g], mt);
-                alpha[g] = exp(m_run[g] - m_new);
-                m_run[g] = m_new;
-                float p = live ? exp(s[g] - m_new) : 0.0;
-                p_sh[g * WG + tid] = p;
-                l_part[g] = l_part[g] * alpha[g] + p;
-            }
+        // 1. Copy the tile's K and V rows.
+        for (uint i = tid; i < n * hd4; i += WG) {
+            uint p = i / hd4;
+            uint c = i - p * hd4;
+            uint src = (t0 + p) * row4 + kvh * hd4 + c;
+            k_sh[p * PAD_HD4 + c] = k4[src];
+            v_sh[p * MAX_HD4 + c] = v4[src];
         }
         barrier();
 
-        // 3. o = o * alpha + sum_t p_t * V[t, d] over this slot's share of the tile.
-        for (uint w = tid; w < n_slots; w += WG) {
-            uint part = w / hd;
-            uint d = w - part * hd;
-            float acc[MAX_G];
-            [[unroll]] for (uint g = 0; g < MAX_G; g++) acc[g] = 0.0;
-            for (uint tt = part; tt < n; tt += parts) {
-                float vv = v_cache[(t0 + tt) * row + kvh * hd + d];
-                [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-                    if (g < group) acc[g] += p_sh[g * WG + tt] * vv;
-                }
+        // 2. Scores, one invocation per (head, position).
+        for (uint i = tid; i < group * n; i += WG) {
+            uint g = i / n;
+            uint p = i - g * n;
+            uint qb = g * PAD_HD4;
+            uint kb = p * PAD_HD4;
+            vec4 s4 = vec4(0.0);
+            uint c = 0;
+            for (; c + 4 <= hd4; c += 4) {
+                s4.x += dot(q_sh[qb + c], k_sh[kb + c]);
+                s4.y += dot(q_sh[qb + c + 1], k_sh[kb + c + 1]);
+                s4.z += dot(q_sh[qb + c + 2], k_sh[kb + c + 2]);
+                s4.w += dot(q_sh[qb + c + 3], k_sh[kb + c + 3]);
             }
-            [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-                if (g < group) o_sh[g * O_SPAN + w] = o_sh[g * O_SPAN + w] * alpha[g] + acc[g];
+            for (; c < hd4; c++) s4.x += dot(q_sh[qb + c], k_sh[kb + c]);
+            p_sh[g * TILE + p] = (s4.x + s4.y) + (s4.z + s4.w);
+        }
+        barrier();
+
+        // 3. Online softmax update, one invocation per head.
+        if (tid < group) {
+            float mt = neg_inf;
+            for (uint p = 0; p < n; p++) mt = max(mt, p_sh[tid * TILE + p]);
+            float m_new = max(m_run, mt);
+            float alpha = exp(m_run - m_new);
+            float sum = 0.0;
+            for (uint p = 0; p < n; p++) {
+                float e = exp(p_sh[tid * TILE + p] - m_new);
+                p_sh[tid * TILE + p] = e;
+                sum += e;
+            }
+            l_run = l_run * alpha + sum;
+            m_run = m_new;
+            alpha_sh[tid] = alpha;
+        }
+        barrier();
+
+        // 4. o = o * alpha + sum_p p * V[p, d] for this invocation's slots.
+        [[unroll]] for (uint k = 0; k < O_PER; k++) {
+            if (tid + k * WG < group * hd) {
+                uint g = slot_g[k];
+                uint d = slot_d[k];
+                float acc = 0.0;
+                for (uint p = 0; p < n; p++) acc += p_sh[g * TILE + p] * v_sh[p * MAX_HD4 + d / 4][d % 4];
+                o[k] = o[k] * alpha_sh[g] + acc;
             }
         }
-        // The next tile overwrites red_sh and p_sh.
+        // The next tile overwrites k_sh, v_sh, p_sh and alpha_sh.
         barrier();
     }
-
-    // Sum of exp per head across invocations.
-    [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-        if (g < group) {
-            float ls = subgroupAdd(l_part[g]);
-            if (subgroupElect()) red_sh[g * WG + sg] = ls;
-        }
-    }
-    barrier();
 
     uint stride = hd + 2;
-    for (uint w = tid; w < group * hd; w += WG) {
-        uint g = w / hd;
-        uint d = w - g * hd;
-        float o = 0.0;
-        for (uint part = 0; part < parts; part++) o += o_sh[g * O_SPAN + part * hd + d];
-        partial[((kvh * group + g) * pc.n_splits + split) * stride + 2 + d] = o;
+    [[unroll]] for (uint k = 0; k < O_PER; k++) {
+        uint slot = tid + k * WG;
+        if (slot < group * hd) {
+            uint g = slot / hd;
+            uint d = slot - g * hd;
+            partial[((kvh * group + g) * pc.n_splits + split) * stride + 2 + d] = o[k];
+        }
     }
     if (tid < group) {
-        float l = 0.0;
-        for (uint i = 0; i < nsg; i++) l += red_sh[tid * WG + i];
         uint b = ((kvh * group + tid) * pc.n_splits + split) * stride;
-        partial[b] = m_run[tid];
-        partial[b + 1] = l;
+        partial[b] = m_run;
+        partial[b + 1] = l_run;
     }
 }
