@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use crate::trace::{FORMAT_NAME, FORMAT_VERSION, Trace};
+use crate::trace::{
+    Counters, FORMAT_NAME, FORMAT_VERSION, GpuSpan, Meta, OpInfo, Phase, TokenRecord, Trace,
+};
 
 /// Everything that can go wrong reading or writing a trace.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +80,21 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
         err,
     })?;
     parse(&bytes, &source_name)
+}
+
+/// Reads and checks the trace at `path` without its host spans (every `host_spans` is left empty).
+///
+/// Statistics, diffs and gates never look at host spans, and in a capture that submits after every
+/// dispatch they are most of the file: skipping them while parsing (no allocation per span) makes
+/// a 10,000-token generic-preset trace several times cheaper to analyse. Use [`read_trace`] for
+/// anything that shows host spans (the Chrome export, the viewer).
+pub fn read_trace_for_analysis(path: &Path) -> Result<Trace, TraceError> {
+    let source_name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|err| TraceError::Read {
+        source_name: source_name.clone(),
+        err,
+    })?;
+    parse_with(&bytes, &source_name, Spans::SkipHost)
 }
 
 /// Reads and checks a trace from any reader (the whole input is read first).
@@ -218,7 +235,84 @@ enum IgnoredAnyOrU32 {
     Other(IgnoredAny),
 }
 
+/// [`Trace`] as parsed for analysis: host spans are skipped without allocating.
+#[derive(Deserialize)]
+struct LeanTrace {
+    format: String,
+    version: u32,
+    meta: Meta,
+    ops: Vec<OpInfo>,
+    tokens: Vec<LeanToken>,
+}
+
+/// [`TokenRecord`] without host spans; the serde attributes must match trace.rs (a test compares
+/// both readers on every fixture).
+#[derive(Deserialize)]
+struct LeanToken {
+    index: u32,
+    phase: Phase,
+    position: u32,
+    n_tokens: u32,
+    kv_len: u32,
+    #[serde(default)]
+    token_id: Option<u32>,
+    start_ns: u64,
+    wall_ns: u64,
+    host_enqueue_ns: u64,
+    #[serde(default)]
+    host_wait_ns: u64,
+    #[serde(default)]
+    gpu_busy_ns: Option<u64>,
+    counters: Counters,
+    #[serde(default)]
+    #[allow(dead_code)]
+    host_spans: IgnoredAny,
+    #[serde(default)]
+    gpu_spans: Vec<GpuSpan>,
+}
+
+impl From<LeanTrace> for Trace {
+    fn from(t: LeanTrace) -> Trace {
+        Trace {
+            format: t.format,
+            version: t.version,
+            meta: t.meta,
+            ops: t.ops,
+            tokens: t
+                .tokens
+                .into_iter()
+                .map(|r| TokenRecord {
+                    index: r.index,
+                    phase: r.phase,
+                    position: r.position,
+                    n_tokens: r.n_tokens,
+                    kv_len: r.kv_len,
+                    token_id: r.token_id,
+                    start_ns: r.start_ns,
+                    wall_ns: r.wall_ns,
+                    host_enqueue_ns: r.host_enqueue_ns,
+                    host_wait_ns: r.host_wait_ns,
+                    gpu_busy_ns: r.gpu_busy_ns,
+                    counters: r.counters,
+                    host_spans: Vec::new(),
+                    gpu_spans: r.gpu_spans,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spans {
+    All,
+    SkipHost,
+}
+
 fn parse(bytes: &[u8], source_name: &str) -> Result<Trace, TraceError> {
+    parse_with(bytes, source_name, Spans::All)
+}
+
+fn parse_with(bytes: &[u8], source_name: &str, spans: Spans) -> Result<Trace, TraceError> {
     let wrong_type = |reason: String| TraceError::WrongType {
         source_name: source_name.to_owned(),
         reason,
@@ -243,7 +337,11 @@ fn parse(bytes: &[u8], source_name: &str) -> Result<Trace, TraceError> {
         }
     }
 
-    match serde_json::from_slice::<Trace>(bytes) {
+    let parsed = match spans {
+        Spans::All => serde_json::from_slice::<Trace>(bytes),
+        Spans::SkipHost => serde_json::from_slice::<LeanTrace>(bytes).map(Trace::from),
+    };
+    match parsed {
         Ok(trace) => {
             check_identity(Some(&trace.format), Some(trace.version), false, source_name)?;
             validate(&trace).map_err(|message| TraceError::Inconsistent {

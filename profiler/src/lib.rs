@@ -44,8 +44,8 @@ pub use gates::{
     evaluate_gates, load_gates, parse_gates,
 };
 pub use io::{
-    TraceError, from_reader, from_slice, from_slice_named, read_trace, to_vec, to_writer, validate,
-    write_trace,
+    TraceError, from_reader, from_slice, from_slice_named, read_trace, read_trace_for_analysis,
+    to_vec, to_writer, validate, write_trace,
 };
 pub use report::{Format, fmt_value, render_diff, render_stats};
 pub use stats::{

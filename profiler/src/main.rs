@@ -151,8 +151,9 @@ enum Outcome {
     GateFailed,
 }
 
+/// Reads a trace for statistics and diffs (host spans skipped: they are not used there).
 fn read(path: &Path) -> Result<profiler::Trace> {
-    Ok(profiler::read_trace(path)?)
+    Ok(profiler::read_trace_for_analysis(path)?)
 }
 
 fn print(text: &str) -> Result<()> {
@@ -252,7 +253,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             Ok(Outcome::Ok)
         }
         Command::Export { format, trace, out } => {
-            let t = read(&trace)?;
+            let t = profiler::read_trace(&trace)?;
             match format {
                 ExportFormat::Chrome => profiler::export_chrome(&t, &out)?,
             }

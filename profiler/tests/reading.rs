@@ -223,3 +223,22 @@ fn write_is_atomic_and_round_trips() {
     let left: Vec<_> = std::fs::read_dir(&sub).expect("list").collect();
     assert_eq!(left.len(), 1, "only the directory remains");
 }
+
+#[test]
+fn analysis_reader_equals_full_reader_without_host_spans() {
+    for name in common::FIXTURES {
+        let path = common::fixture_path(name);
+        let mut full = read_trace(&path).expect("full");
+        let lean = profiler::read_trace_for_analysis(&path).expect("lean");
+        for t in &mut full.tokens {
+            t.host_spans.clear();
+        }
+        assert_eq!(full, lean, "{name}");
+    }
+    // Same errors as the full reader.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = std::fs::read(common::fixture_path("fused")).expect("read");
+    let p = write_tmp(&dir, "cut.json", &bytes[..bytes.len() / 2]);
+    let err = profiler::read_trace_for_analysis(&p).expect_err("truncated");
+    assert!(matches!(err, TraceError::Truncated { .. }), "{err:?}");
+}
