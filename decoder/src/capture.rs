@@ -29,7 +29,11 @@ pub struct CaptureSpec {
 }
 
 /// Runs `spec` on `gpu` and returns the trace and the generation.
-pub fn capture(gpu: &Gpu, model: &Model, spec: &CaptureSpec) -> anyhow::Result<(Trace, Generation)> {
+pub fn capture(
+    gpu: &Gpu,
+    model: &Model,
+    spec: &CaptureSpec,
+) -> anyhow::Result<(Trace, Generation)> {
     let max_seq = (spec.prompt_ids.len() + spec.decode_tokens + 2) as u32;
     let opts = EngineOptions {
         knobs: spec.knobs,
@@ -38,7 +42,8 @@ pub fn capture(gpu: &Gpu, model: &Model, spec: &CaptureSpec) -> anyhow::Result<(
         max_batch: spec.prompt_ids.len() as u32,
         logits_readback: spec.logits_readback,
     };
-    let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).context("cannot set up the Vulkan decoder")?;
+    let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
+        .context("cannot set up the Vulkan decoder")?;
     let gen_opts = GenerateOptions {
         max_tokens: spec.decode_tokens + 1,
         temperature: 0.0,
@@ -47,13 +52,24 @@ pub fn capture(gpu: &Gpu, model: &Model, spec: &CaptureSpec) -> anyhow::Result<(
         ignore_eos: true,
         dump_logits: spec.logits_readback,
     };
-    let generation = generate(&mut engine, &model.tokenizer, &spec.prompt_ids, &gen_opts, &mut |_| {})?;
+    let generation = generate(
+        &mut engine,
+        &model.tokenizer,
+        &spec.prompt_ids,
+        &gen_opts,
+        &mut |_| {},
+    )?;
     let trace = build_trace(&engine, model, spec, &generation);
     Ok((trace, generation))
 }
 
 /// The trace of everything `engine` ran.
-pub fn build_trace(engine: &Engine, model: &Model, spec: &CaptureSpec, generation: &Generation) -> Trace {
+pub fn build_trace(
+    engine: &Engine,
+    model: &Model,
+    spec: &CaptureSpec,
+    generation: &Generation,
+) -> Trace {
     let info = engine.gpu().info();
     let cfg = &model.config;
     let shape = shape_of(cfg, engine.shape().max_seq);
@@ -61,7 +77,10 @@ pub fn build_trace(engine: &Engine, model: &Model, spec: &CaptureSpec, generatio
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
         meta: Meta {
-            tool: ToolMeta { name: "decodescope".into(), version: env!("CARGO_PKG_VERSION").into() },
+            tool: ToolMeta {
+                name: "decodescope".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
             created_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
@@ -71,7 +90,9 @@ pub fn build_trace(engine: &Engine, model: &Model, spec: &CaptureSpec, generatio
                 device_type: info.device_type.clone(),
                 vendor_id: info.vendor_id,
                 device_id: info.device_id,
-                driver: format!("{} {}", info.driver_name, info.driver_info).trim().to_string(),
+                driver: format!("{} {}", info.driver_name, info.driver_info)
+                    .trim()
+                    .to_string(),
                 api_version: info.api_version.clone(),
                 timestamp_period_ns: info.timestamp_period_ns as f64,
                 compute_units: info.compute_units,
@@ -131,14 +152,26 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
 }
 
 /// Medians over the decode tokens of `trace` (the prefill excluded).
 pub fn summarize(trace: &Trace) -> Summary {
-    let d: Vec<_> = trace.tokens.iter().filter(|t| t.phase == Phase::Decode).collect();
-    let m = |f: &dyn Fn(&profiler::trace::TokenRecord) -> f64| median(d.iter().map(|t| f(t)).collect());
-    let gpu: Vec<f64> = d.iter().filter_map(|t| t.gpu_busy_ns.map(|g| g as f64 / 1e3)).collect();
+    let d: Vec<_> = trace
+        .tokens
+        .iter()
+        .filter(|t| t.phase == Phase::Decode)
+        .collect();
+    let m =
+        |f: &dyn Fn(&profiler::trace::TokenRecord) -> f64| median(d.iter().map(|t| f(t)).collect());
+    let gpu: Vec<f64> = d
+        .iter()
+        .filter_map(|t| t.gpu_busy_ns.map(|g| g as f64 / 1e3))
+        .collect();
     let wall_us = m(&|t| t.wall_ns as f64 / 1e3);
     Summary {
         decode_tokens: d.len(),
@@ -156,7 +189,13 @@ pub fn summarize(trace: &Trace) -> Summary {
 }
 
 fn fmt(v: f64) -> String {
-    if v == v.trunc() && v.abs() < 1e9 { format!("{v:.0}") } else if v.abs() >= 100.0 { format!("{v:.1}") } else { format!("{v:.2}") }
+    if v == v.trunc() && v.abs() < 1e9 {
+        format!("{v:.0}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 /// A table of per-decode-token medians, one column per named capture, with the ratio of the
@@ -169,7 +208,9 @@ pub fn table(columns: &[(&str, &Summary)]) -> String {
         ("barriers / token", |s| Some(s.barriers)),
         ("descriptor writes / token", |s| Some(s.descriptor_writes)),
         ("dispatches / token", |s| Some(s.dispatches)),
-        ("command buffers begun / token", |s| Some(s.command_buffers_begun)),
+        ("command buffers begun / token", |s| {
+            Some(s.command_buffers_begun)
+        }),
         ("fence waits / token", |s| Some(s.fence_waits)),
         ("host enqueue us / token", |s| Some(s.host_enqueue_us)),
         ("GPU us / token", |s| s.gpu_us),
@@ -190,24 +231,38 @@ pub fn table(columns: &[(&str, &Summary)]) -> String {
         if columns.len() == 2 {
             row.push(match (vals[0], vals[1]) {
                 (Some(a), Some(b)) if b != 0.0 => format!("{:.1}x", a / b),
-                (Some(a), Some(_)) if a == 0.0 => "=".into(),
+                (Some(0.0), Some(_)) => "=".into(),
                 _ => "-".into(),
             });
         }
         cells.push(row);
     }
-    let widths: Vec<usize> = (0..cells[0].len()).map(|c| cells.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..cells[0].len())
+        .map(|c| cells.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
     let mut out = String::new();
     for (i, r) in cells.iter().enumerate() {
         let line: Vec<String> = r
             .iter()
             .enumerate()
-            .map(|(c, s)| if c == 0 { format!("{s:<w$}", w = widths[c]) } else { format!("{s:>w$}", w = widths[c]) })
+            .map(|(c, s)| {
+                if c == 0 {
+                    format!("{s:<w$}", w = widths[c])
+                } else {
+                    format!("{s:>w$}", w = widths[c])
+                }
+            })
             .collect();
         out.push_str(&line.join("  "));
         out.push('\n');
         if i == 0 {
-            out.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+            out.push_str(
+                &widths
+                    .iter()
+                    .map(|w| "-".repeat(*w))
+                    .collect::<Vec<_>>()
+                    .join("  "),
+            );
             out.push('\n');
         }
     }

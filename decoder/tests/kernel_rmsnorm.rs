@@ -9,9 +9,17 @@ use decoder::shaders::Shader;
 fn check(n: usize, rows: usize, wg: u32) {
     common::with_gpu(|gpu| {
         let x = common::rand_vec(n * rows, n as u64);
-        let w: Vec<f32> = common::rand_vec(n, 7).iter().map(|v| 1.0 + 0.5 * v).collect();
+        let w: Vec<f32> = common::rand_vec(n, 7)
+            .iter()
+            .map(|v| 1.0 + 0.5 * v)
+            .collect();
         let eps = 1e-6;
-        let push = RmsNormPush { n: n as u32, rows: rows as u32, eps, pad0: 0 };
+        let push = RmsNormPush {
+            n: n as u32,
+            rows: rows as u32,
+            eps,
+            pad0: 0,
+        };
         let mut spec = [0; 8];
         spec[0] = wg;
         let launch = Launch {
@@ -20,8 +28,16 @@ fn check(n: usize, rows: usize, wg: u32) {
             groups: [rows as u32, 1, 1],
             spec,
         };
-        let out = run_kernel(gpu, &launch, &[Binding::input_f32(&x), Binding::input_f32(&w), Binding::output_f32(n * rows, f32::NAN)])
-            .expect("run rmsnorm");
+        let out = run_kernel(
+            gpu,
+            &launch,
+            &[
+                Binding::input_f32(&x),
+                Binding::input_f32(&w),
+                Binding::output_f32(n * rows, f32::NAN),
+            ],
+        )
+        .expect("run rmsnorm");
         let gpu_y = f32s(out[2].as_ref().expect("output read back"));
         let cpu_y = rmsnorm_cpu(&x, &w, n, eps);
         // f32 sums in a different order: relative error ~1e-6 per element.
@@ -32,7 +48,14 @@ fn check(n: usize, rows: usize, wg: u32) {
 
 #[test]
 fn rmsnorm_odd_sizes() {
-    for (n, rows, wg) in [(1, 1, 64), (63, 3, 64), (65, 5, 64), (257, 2, 256), (1000, 7, 128), (576, 9, 256)] {
+    for (n, rows, wg) in [
+        (1, 1, 64),
+        (63, 3, 64),
+        (65, 5, 64),
+        (257, 2, 256),
+        (1000, 7, 128),
+        (576, 9, 256),
+    ] {
         check(n, rows, wg);
     }
 }

@@ -26,12 +26,24 @@ fn options(steps: usize) -> GenerateOptions {
 }
 
 fn prompt(model: &Model) -> Vec<u32> {
-    model.tokenizer.encode_prompt("The capital of France is", false).expect("tokenize the prompt")
+    model
+        .tokenizer
+        .encode_prompt("The capital of France is", false)
+        .expect("tokenize the prompt")
 }
 
 fn reference(model: &Model, ids: &[u32], steps: usize) -> Generation {
-    let mut cpu = model.reference(ids.len() + steps + 1).expect("CPU reference");
-    generate(&mut cpu, &model.tokenizer, ids, &options(steps), &mut |_| {}).expect("CPU generation")
+    let mut cpu = model
+        .reference(ids.len() + steps + 1)
+        .expect("CPU reference");
+    generate(
+        &mut cpu,
+        &model.tokenizer,
+        ids,
+        &options(steps),
+        &mut |_| {},
+    )
+    .expect("CPU generation")
 }
 
 fn on_gpu(model: &Model, knobs: Knobs, ids: &[u32], steps: usize) -> Generation {
@@ -44,7 +56,14 @@ fn on_gpu(model: &Model, knobs: Knobs, ids: &[u32], steps: usize) -> Generation 
             logits_readback: true,
         };
         let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).expect("engine");
-        generate(&mut engine, &model.tokenizer, ids, &options(steps), &mut |_| {}).expect("GPU generation")
+        generate(
+            &mut engine,
+            &model.tokenizer,
+            ids,
+            &options(steps),
+            &mut |_| {},
+        )
+        .expect("GPU generation")
     })
 }
 
@@ -55,16 +74,25 @@ fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn assert_matches(what: &str, got: &Generation, want: &Generation) {
-    assert_eq!(got.ids, want.ids, "{what}: greedy tokens differ from the CPU reference");
+    assert_eq!(
+        got.ids, want.ids,
+        "{what}: greedy tokens differ from the CPU reference"
+    );
     let v = want.vocab;
     assert_eq!(got.logits.len(), want.logits.len(), "{what}: logits rows");
     let mut worst = 0.0f64;
     for (step, (g, w)) in got.logits.chunks(v).zip(want.logits.chunks(v)).enumerate() {
         let e = rel_rms(g, w);
         worst = worst.max(e);
-        assert!(e < LOGITS_REL_RMS, "{what}: step {step}: logits relative RMS {e:.3e} >= {LOGITS_REL_RMS}");
+        assert!(
+            e < LOGITS_REL_RMS,
+            "{what}: step {step}: logits relative RMS {e:.3e} >= {LOGITS_REL_RMS}"
+        );
     }
-    eprintln!("{what}: {} steps match, worst logits relative RMS {worst:.2e}", want.ids.len());
+    eprintln!(
+        "{what}: {} steps match, worst logits relative RMS {worst:.2e}",
+        want.ids.len()
+    );
 }
 
 fn check(model_name: &str, steps: usize, settings: &[(String, Knobs)]) {
@@ -78,7 +106,10 @@ fn check(model_name: &str, steps: usize, settings: &[(String, Knobs)]) {
 }
 
 fn presets() -> Vec<(String, Knobs)> {
-    vec![("generic".into(), Knobs::preset(Mode::Generic)), ("fused".into(), Knobs::preset(Mode::Fused))]
+    vec![
+        ("generic".into(), Knobs::preset(Mode::Generic)),
+        ("fused".into(), Knobs::preset(Mode::Fused)),
+    ]
 }
 
 /// Every valid setting one knob away from either preset.
@@ -93,10 +124,34 @@ fn single_flips() -> Vec<(String, Knobs)> {
         }
     }
     // The knob values neither preset uses.
-    out.push(("fused with --submit every:4".into(), Knobs { submit: "every:4".parse().expect("knob"), ..f }));
-    out.push(("fused with --submit per-layer".into(), Knobs { submit: "per-layer".parse().expect("knob"), ..f }));
-    out.push(("generic with --descriptors push".into(), Knobs { descriptors: "push".parse().expect("knob"), ..g }));
-    out.push(("fused with --descriptors cached".into(), Knobs { descriptors: "cached".parse().expect("knob"), ..f }));
+    out.push((
+        "fused with --submit every:4".into(),
+        Knobs {
+            submit: "every:4".parse().expect("knob"),
+            ..f
+        },
+    ));
+    out.push((
+        "fused with --submit per-layer".into(),
+        Knobs {
+            submit: "per-layer".parse().expect("knob"),
+            ..f
+        },
+    ));
+    out.push((
+        "generic with --descriptors push".into(),
+        Knobs {
+            descriptors: "push".parse().expect("knob"),
+            ..g
+        },
+    ));
+    out.push((
+        "fused with --descriptors cached".into(),
+        Knobs {
+            descriptors: "cached".parse().expect("knob"),
+            ..f
+        },
+    ));
     out
 }
 
@@ -123,12 +178,27 @@ fn single_knob_changes_match_reference_on_tiny() {
 #[test]
 fn replaying_primitive_kernels_is_refused() {
     let model = load_model("tiny").expect("tiny");
-    let knobs = Knobs { recording: "once".parse().expect("knob"), ..Knobs::preset(Mode::Generic) };
+    let knobs = Knobs {
+        recording: "once".parse().expect("knob"),
+        ..Knobs::preset(Mode::Generic)
+    };
     let err = common::with_gpu(|gpu| {
-        let opts = EngineOptions { knobs, timestamps: Timestamps::Off, max_seq: 16, max_batch: 8, logits_readback: true };
-        Engine::new(gpu, &model.config, &model.weights, opts).err().expect("refused").to_string()
+        let opts = EngineOptions {
+            knobs,
+            timestamps: Timestamps::Off,
+            max_seq: 16,
+            max_batch: 8,
+            logits_readback: true,
+        };
+        match Engine::new(gpu, &model.config, &model.weights, opts) {
+            Ok(_) => panic!("replaying primitive kernels was accepted"),
+            Err(e) => e.to_string(),
+        }
     });
-    assert!(err.contains("--recording once needs --kernels fused"), "{err}");
+    assert!(
+        err.contains("--recording once needs --kernels fused"),
+        "{err}"
+    );
 }
 
 /// Per-decode-token counts of `tiny`, derived from its config, against a trace written and read
@@ -156,7 +226,11 @@ fn counters_per_decode_token_on_tiny() {
         profiler::io::write_trace(&path, &trace).expect("write trace");
         let back = profiler::io::read_trace(&path).expect("read trace back");
         assert_eq!(back, trace);
-        let decode: Vec<_> = back.tokens.iter().filter(|t| t.phase == profiler::trace::Phase::Decode).collect();
+        let decode: Vec<_> = back
+            .tokens
+            .iter()
+            .filter(|t| t.phase == profiler::trace::Phase::Decode)
+            .collect();
         assert_eq!(decode.len(), 6);
         for t in decode {
             let k = &t.counters;
@@ -170,31 +244,62 @@ fn counters_per_decode_token_on_tiny() {
                     let submits = dispatches + copies;
                     assert_eq!(k.dispatches, dispatches, "generic dispatches");
                     assert_eq!(k.transfer_commands, copies, "generic copies");
-                    assert_eq!(k.submits_compute, submits, "generic submits: one per command");
+                    assert_eq!(
+                        k.submits_compute, submits,
+                        "generic submits: one per command"
+                    );
                     assert_eq!(k.submits_transfer, 0);
-                    assert_eq!(k.barrier_calls, submits, "generic: a full barrier after every command");
-                    assert_eq!(k.descriptor_writes, dispatches, "generic: one set written per dispatch");
+                    assert_eq!(
+                        k.barrier_calls, submits,
+                        "generic: a full barrier after every command"
+                    );
+                    assert_eq!(
+                        k.descriptor_writes, dispatches,
+                        "generic: one set written per dispatch"
+                    );
                     assert_eq!(k.descriptor_sets_allocated, dispatches);
                     assert_eq!(k.command_buffers_begun, submits);
                     assert_eq!(k.fence_waits, submits, "generic: a wait after every submit");
                     assert_eq!(k.timestamp_writes, 2 * submits);
-                    assert_eq!(k.bytes_from_device, 4 * c.vocab as u64, "generic reads the logits back");
+                    assert_eq!(
+                        k.bytes_from_device,
+                        4 * c.vocab as u64,
+                        "generic reads the logits back"
+                    );
                 }
                 Mode::Fused => {
                     let dispatches = 1 + 7 * layers + 2;
                     assert_eq!(k.dispatches, dispatches, "fused dispatches");
                     assert_eq!(k.submits_compute, 1, "fused: one submit per token");
                     assert_eq!(k.submits_transfer, 0);
-                    assert_eq!(k.descriptor_writes, 0, "fused: no descriptor writes per token");
-                    assert_eq!(k.command_buffers_begun, 0, "fused: replayed, never re-recorded");
+                    assert_eq!(
+                        k.descriptor_writes, 0,
+                        "fused: no descriptor writes per token"
+                    );
+                    assert_eq!(
+                        k.command_buffers_begun, 0,
+                        "fused: replayed, never re-recorded"
+                    );
                     assert_eq!(k.fence_waits, 1);
-                    assert!(k.barrier_calls <= 8 * layers + 4, "fused barriers {} > 8 per layer + 4", k.barrier_calls);
-                    assert_eq!(k.barrier_calls, 7 * layers + 3, "fused: one barrier per dependent dispatch");
+                    assert!(
+                        k.barrier_calls <= 8 * layers + 4,
+                        "fused barriers {} > 8 per layer + 4",
+                        k.barrier_calls
+                    );
+                    assert_eq!(
+                        k.barrier_calls,
+                        7 * layers + 3,
+                        "fused: one barrier per dependent dispatch"
+                    );
                     assert_eq!(k.bytes_from_device, 4, "fused reads back only the token");
                     assert_eq!(k.transfer_commands, 0);
                 }
             }
-            assert_eq!(t.gpu_spans.len() as u64, k.dispatches + k.transfer_commands, "one GPU span per command");
+            assert_eq!(
+                t.gpu_spans.len() as u64,
+                k.dispatches + k.transfer_commands,
+                "one GPU span per command"
+            );
             assert!(t.gpu_busy_ns.is_some_and(|g| g > 0));
         }
     }

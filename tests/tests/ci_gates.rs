@@ -16,16 +16,28 @@ fn bin(name: &str) -> PathBuf {
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "decoder", "-p", "profiler", "--bins"])
+            .args([
+                "build", "--quiet", "-p", "decoder", "-p", "profiler", "--bins",
+            ])
             .current_dir(root())
             .status()
             .expect("run cargo build");
-        assert!(status.success(), "building the decoder and profiler binaries failed");
+        assert!(
+            status.success(),
+            "building the decoder and profiler binaries failed"
+        );
     });
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target directory");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
     let p = dir.join(name);
-    assert!(p.exists(), "{} is missing: build it with `cargo build --workspace --bins`", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: build it with `cargo build --workspace --bins`",
+        p.display()
+    );
     p
 }
 
@@ -42,7 +54,11 @@ fn capture(out: &Path, extra: &str) {
         .env("DECODER", bin("decoder"))
         .output()
         .expect("run decoder capture");
-    assert!(o.status.success(), "capture failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "capture failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 fn diff(a: &Path, b: &Path, args: &[&str]) -> Output {
@@ -57,7 +73,11 @@ fn diff(a: &Path, b: &Path, args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
@@ -68,15 +88,27 @@ fn a_worse_knob_fails_the_baseline_gates() {
     let baseline = root().join("traces/fused.json");
     let o = diff(&baseline, &worse, &["--gates", "traces/gates.toml"]);
     let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "expected a failed gate (exit 1):\n{t}");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "expected a failed gate (exit 1):\n{t}"
+    );
     let failed: Vec<&str> = t.lines().filter(|l| l.contains("FAIL")).collect();
-    assert!(failed.iter().any(|l| l.contains("submits")), "no failed gate names `submits`:\n{t}");
+    assert!(
+        failed.iter().any(|l| l.contains("submits")),
+        "no failed gate names `submits`:\n{t}"
+    );
 
     // The unchanged preset passes the same gates.
     let same = dir.path().join("fused.json");
     capture(&same, "--mode fused");
     let o = diff(&baseline, &same, &["--gates", "traces/gates.toml"]);
-    assert_eq!(o.status.code(), Some(0), "the fused preset fails its own baseline:\n{}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the fused preset fails its own baseline:\n{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -87,12 +119,27 @@ fn another_model_is_not_comparable() {
     let baseline = root().join("traces/fused.json");
     let strict = diff(&baseline, &other, &["--strict"]);
     let t = text(&strict);
-    assert_eq!(strict.status.code(), Some(2), "--strict must refuse another model:\n{t}");
-    assert!(t.contains("model"), "the refusal must name the model field:\n{t}");
+    assert_eq!(
+        strict.status.code(),
+        Some(2),
+        "--strict must refuse another model:\n{t}"
+    );
+    assert!(
+        t.contains("model"),
+        "the refusal must name the model field:\n{t}"
+    );
     let gated = diff(&baseline, &other, &["--gates", "traces/gates.toml"]);
     let t = text(&gated);
-    assert_eq!(gated.status.code(), Some(1), "the `comparable` gate must fail:\n{t}");
-    assert!(t.lines().any(|l| l.contains("FAIL") && l.contains("comparable")), "{t}");
+    assert_eq!(
+        gated.status.code(),
+        Some(1),
+        "the `comparable` gate must fail:\n{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l.contains("FAIL") && l.contains("comparable")),
+        "{t}"
+    );
 }
 
 #[test]
@@ -105,6 +152,10 @@ fn a_trace_of_another_device_is_not_comparable() {
     profiler::io::write_trace(&other, &trace).expect("write");
     let o = diff(&baseline, &other, &["--strict"]);
     let t = text(&o);
-    assert_eq!(o.status.code(), Some(2), "--strict must refuse another device:\n{t}");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "--strict must refuse another device:\n{t}"
+    );
     assert!(t.contains("device"), "{t}");
 }

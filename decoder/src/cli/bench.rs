@@ -39,9 +39,12 @@ pub struct Args {
     pub out: PathBuf,
 }
 
+/// A named knob setting of a sweep.
+pub type Setting = (String, Knobs);
+
 /// The settings of a sweep: `(name, knobs)`, presets first; refused combinations are returned
 /// apart with the reason.
-pub fn sweep(ablation: bool, push_descriptors: bool) -> (Vec<(String, Knobs)>, Vec<(String, String)>) {
+pub fn sweep(ablation: bool, push_descriptors: bool) -> (Vec<Setting>, Vec<(String, String)>) {
     let (g, f) = (Knobs::preset(Mode::Generic), Knobs::preset(Mode::Fused));
     let mut run = vec![("generic".to_string(), g), ("fused".to_string(), f)];
     let mut refused = vec![];
@@ -60,7 +63,11 @@ pub fn sweep(ablation: bool, push_descriptors: bool) -> (Vec<(String, Knobs)>, V
 }
 
 fn fmt(v: f64) -> String {
-    if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") }
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
 }
 
 /// The sweep as a Markdown table.
@@ -88,9 +95,13 @@ pub fn table(rows: &[(String, Summary)]) -> String {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let model = load_model(&args.model.model)?;
     let ids = with_context(prompt_ids(&model, &args.prompt)?, args.context);
-    let gpu = Gpu::new(&GpuOptions { device: args.device.clone(), validation: false })
-        .context("cannot open the Vulkan device")?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    let gpu = Gpu::new(&GpuOptions {
+        device: args.device.clone(),
+        validation: false,
+    })
+    .context("cannot open the Vulkan device")?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
     let (settings, refused) = sweep(args.ablation, gpu.info().push_descriptors);
     eprintln!(
         "bench on {}: {} settings, {} prompt + {} decode tokens each",
@@ -115,13 +126,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let (trace, generation) = capture(&gpu, &model, &spec)?;
         match &reference_ids {
             None => reference_ids = Some(generation.ids.clone()),
-            Some(r) if *r != generation.ids => anyhow::bail!("{name} generated different tokens than {}", settings[0].0),
+            Some(r) if *r != generation.ids => {
+                anyhow::bail!("{name} generated different tokens than {}", settings[0].0)
+            }
             Some(_) => {}
         }
-        let file = args.out.join(format!("{}.json", name.replace([' ', ':'], "_").replace("--", "")));
-        profiler::io::write_trace(&file, &trace).with_context(|| format!("cannot write {}", file.display()))?;
+        let file = args.out.join(format!(
+            "{}.json",
+            name.replace([' ', ':'], "_").replace("--", "")
+        ));
+        profiler::io::write_trace(&file, &trace)
+            .with_context(|| format!("cannot write {}", file.display()))?;
         let s = summarize(&trace);
-        eprintln!("    {:.1} tokens/s, host enqueue {:.1} us, GPU {} us", s.tokens_per_s, s.host_enqueue_us, s.gpu_us.map_or("-".into(), |g| format!("{g:.1}")));
+        eprintln!(
+            "    {:.1} tokens/s, host enqueue {:.1} us, GPU {} us",
+            s.tokens_per_s,
+            s.host_enqueue_us,
+            s.gpu_us.map_or("-".into(), |g| format!("{g:.1}"))
+        );
         rows.push((name.clone(), s));
     }
     let mut text = table(&rows);

@@ -62,8 +62,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         CaptureMode::Both => vec![Mode::Generic, Mode::Fused],
     };
     if args.mode == CaptureMode::Both {
-        std::fs::create_dir_all(&args.out)
-            .with_context(|| format!("cannot create the output directory {}", args.out.display()))?;
+        std::fs::create_dir_all(&args.out).with_context(|| {
+            format!("cannot create the output directory {}", args.out.display())
+        })?;
     }
     let mut summaries = Vec::new();
     let mut texts = Vec::new();
@@ -77,15 +78,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             timestamps: args.gpu.timestamps,
             logits_readback: args.logits,
         };
-        eprintln!("capturing {} ({}): {} prompt + {} decode tokens", mode.name(), spec.knobs, ids.len(), args.max_tokens);
+        eprintln!(
+            "capturing {} ({}): {} prompt + {} decode tokens",
+            mode.name(),
+            spec.knobs,
+            ids.len(),
+            args.max_tokens
+        );
         let (trace, generation) = capture(&gpu, &model, &spec)?;
-        let path = if args.mode == CaptureMode::Both { args.out.join(format!("{}.json", mode.name())) } else { args.out.clone() };
+        let path = if args.mode == CaptureMode::Both {
+            args.out.join(format!("{}.json", mode.name()))
+        } else {
+            args.out.clone()
+        };
         write(&path, &trace)?;
         eprintln!("wrote {}", path.display());
         summaries.push((mode.name(), summarize(&trace)));
         texts.push((mode.name(), generation.text));
     }
-    let cols: Vec<(&str, &crate::capture::Summary)> = summaries.iter().map(|(n, s)| (*n, s)).collect();
+    let cols: Vec<(&str, &crate::capture::Summary)> =
+        summaries.iter().map(|(n, s)| (*n, s)).collect();
     println!("{}", table(&cols));
     for (name, text) in &texts {
         println!("{name}: {text:?}");
@@ -97,5 +109,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn write(path: &Path, trace: &profiler::trace::Trace) -> anyhow::Result<()> {
-    profiler::io::write_trace(path, trace).with_context(|| format!("cannot write the trace {}", path.display()))
+    profiler::io::write_trace(path, trace)
+        .with_context(|| format!("cannot write the trace {}", path.display()))
 }

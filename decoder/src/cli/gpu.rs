@@ -25,8 +25,11 @@ pub struct GpuArgs {
 
 impl GpuArgs {
     pub fn open(&self) -> anyhow::Result<Gpu> {
-        Gpu::new(&GpuOptions { device: self.device.clone(), validation: self.validation })
-            .context("cannot open the Vulkan device")
+        Gpu::new(&GpuOptions {
+            device: self.device.clone(),
+            validation: self.validation,
+        })
+        .context("cannot open the Vulkan device")
     }
 
     /// The knobs of preset `mode` with this command line's overrides.

@@ -37,19 +37,48 @@ fn pseudo(n: usize, seed: u64) -> Vec<f32> {
 /// rmsnorm.comp against `rmsnorm_cpu`; returns the largest absolute difference over all shapes.
 pub fn rmsnorm_check(gpu: &Gpu) -> anyhow::Result<f32> {
     let mut worst = 0.0f32;
-    for (n, rows, wg) in [(1usize, 1usize, 64u32), (63, 3, 64), (65, 5, 64), (257, 2, 256), (1000, 7, 128), (1025, 9, 256)] {
+    for (n, rows, wg) in [
+        (1usize, 1usize, 64u32),
+        (63, 3, 64),
+        (65, 5, 64),
+        (257, 2, 256),
+        (1000, 7, 128),
+        (1025, 9, 256),
+    ] {
         let x = pseudo(n * rows, n as u64);
         let w: Vec<f32> = pseudo(n, 7).iter().map(|v| 1.0 + 0.5 * v).collect();
-        let push = RmsNormPush { n: n as u32, rows: rows as u32, eps: 1e-6, pad0: 0 };
+        let push = RmsNormPush {
+            n: n as u32,
+            rows: rows as u32,
+            eps: 1e-6,
+            pad0: 0,
+        };
         let mut spec = [0; 8];
         spec[0] = wg;
-        let launch = Launch { shader: Shader::Rmsnorm, push: push.bytes(), groups: [rows as u32, 1, 1], spec };
-        let out = run_kernel(gpu, &launch, &[Binding::input_f32(&x), Binding::input_f32(&w), Binding::output_f32(n * rows, f32::NAN)])?;
+        let launch = Launch {
+            shader: Shader::Rmsnorm,
+            push: push.bytes(),
+            groups: [rows as u32, 1, 1],
+            spec,
+        };
+        let out = run_kernel(
+            gpu,
+            &launch,
+            &[
+                Binding::input_f32(&x),
+                Binding::input_f32(&w),
+                Binding::output_f32(n * rows, f32::NAN),
+            ],
+        )?;
         let got = f32s(out[2].as_deref().unwrap_or_default());
         let want = rmsnorm_cpu(&x, &w, n, 1e-6);
-        let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
         println!("rmsnorm n={n:<5} rows={rows:<2} wg={wg:<3} max |gpu - cpu| = {err:.2e}");
-        if !(err < 1e-4) {
+        if err.is_nan() || err >= 1e-4 {
             bail!("rmsnorm n={n} rows={rows}: max abs difference {err} >= 1e-4");
         }
         worst = worst.max(err);
@@ -58,13 +87,28 @@ pub fn rmsnorm_check(gpu: &Gpu) -> anyhow::Result<f32> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let gpu = Gpu::new(&GpuOptions { device: args.device.clone(), validation: args.validation })
-        .context("cannot open the Vulkan device")?;
-    println!("device: {} ({} {})", gpu.info().name, gpu.info().driver_name, gpu.info().driver_info);
+    let gpu = Gpu::new(&GpuOptions {
+        device: args.device.clone(),
+        validation: args.validation,
+    })
+    .context("cannot open the Vulkan device")?;
+    println!(
+        "device: {} ({} {})",
+        gpu.info().name,
+        gpu.info().driver_name,
+        gpu.info().driver_info
+    );
     rmsnorm_check(&gpu)?;
     let model = load_model(&args.model)?;
-    let ids = model.tokenizer.encode_prompt("The capital of France is", false)?;
-    let opts = GenerateOptions { max_tokens: args.steps, ignore_eos: true, dump_logits: true, ..Default::default() };
+    let ids = model
+        .tokenizer
+        .encode_prompt("The capital of France is", false)?;
+    let opts = GenerateOptions {
+        max_tokens: args.steps,
+        ignore_eos: true,
+        dump_logits: true,
+        ..Default::default()
+    };
     let mut cpu = model.reference(ids.len() + args.steps + 1)?;
     let want = generate(&mut cpu, &model.tokenizer, &ids, &opts, &mut |_| {})?;
     for mode in [Mode::Generic, Mode::Fused] {
@@ -94,15 +138,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             mode.name(),
             args.model,
             want.ids.len(),
-            if same { "identical to" } else { "DIFFERENT from" }
+            if same {
+                "identical to"
+            } else {
+                "DIFFERENT from"
+            }
         );
-        if !same || !(worst < 5e-3) {
+        if !same || worst.is_nan() || worst >= 5e-3 {
             bail!("{} does not match the CPU reference", mode.name());
         }
     }
     let messages = gpu.validation_messages();
     if !messages.is_empty() {
-        bail!("the validation layer reported {} message(s)", messages.len());
+        bail!(
+            "the validation layer reported {} message(s)",
+            messages.len()
+        );
     }
     println!("selfcheck: ok");
     Ok(())

@@ -8,16 +8,16 @@ use std::ops::Range as StdRange;
 use anyhow::{Context as _, anyhow, bail};
 use profiler::trace::{ClockMeta, GpuSpan, OpInfo, Phase, TokenRecord};
 
+use super::kernels::TokenParams;
 use super::knobs::{Barriers, Descriptors, Knobs, Recording, Submit, Sync};
 use super::program::{Access, Action, Buf, Grid, Range, Shape, Step, Tuning, lower};
 use super::spans::SpanLog;
-use super::kernels::TokenParams;
 use crate::generate::{Backend, StepOutput, argmax};
 use crate::host_span;
 use crate::model::{ModelConfig, Weights};
 use crate::vk::{
-    BufRange, Buffer, BufferDesc, Cmd, DescSet, FenceId, Gpu, Pipeline, PipelineDesc, QueryPool, Queue, Recorder,
-    SetLifetime, host_now_ns,
+    BufRange, Buffer, BufferDesc, Cmd, DescSet, FenceId, Gpu, Pipeline, PipelineDesc, QueryPool,
+    Queue, Recorder, SetLifetime, host_now_ns,
 };
 
 /// GPU timestamp level.
@@ -75,6 +75,9 @@ struct Prepared {
     recorded: bool,
 }
 
+/// A cached descriptor set's key: the pipeline and the (buffer, offset, bytes) of each binding.
+type SetKey = (PipelineDesc, Vec<(Buf, u64, u64)>);
+
 /// The Vulkan decoder for one model under one knob setting.
 pub struct Engine {
     rec: Recorder,
@@ -84,7 +87,7 @@ pub struct Engine {
     tied: bool,
     bufs: BTreeMap<Buf, Buffer>,
     pipelines: HashMap<PipelineDesc, Pipeline>,
-    cached_sets: HashMap<(PipelineDesc, Vec<(Buf, u64, u64)>), DescSet>,
+    cached_sets: HashMap<SetKey, DescSet>,
     decode: Option<Prepared>,
     fence: FenceId,
     ops: Vec<OpInfo>,
@@ -100,7 +103,9 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("knobs", &self.opts.knobs).finish()
+        f.debug_struct("Engine")
+            .field("knobs", &self.opts.knobs)
+            .finish()
     }
 }
 
@@ -131,18 +136,37 @@ fn f32_bytes(data: &[f32]) -> Vec<u8> {
 
 impl Engine {
     /// Uploads `weights` to `gpu` and prepares the decode program under `opts`.
-    pub fn new(gpu: &Gpu, cfg: &ModelConfig, weights: &Weights, opts: EngineOptions) -> anyhow::Result<Engine> {
+    pub fn new(
+        gpu: &Gpu,
+        cfg: &ModelConfig,
+        weights: &Weights,
+        opts: EngineOptions,
+    ) -> anyhow::Result<Engine> {
         let info = gpu.info().clone();
-        opts.knobs.validate(info.push_descriptors).map_err(|e| anyhow!(e))?;
+        opts.knobs
+            .validate(info.push_descriptors)
+            .map_err(|e| anyhow!(e))?;
         if opts.timestamps != Timestamps::Off && !info.timestamps {
-            bail!("device {:?} cannot write timestamps on its compute queue; use --timestamps off", info.name);
+            bail!(
+                "device {:?} cannot write timestamps on its compute queue; use --timestamps off",
+                info.name
+            );
         }
         let shape = shape_of(cfg, opts.max_seq);
-        let tuning = Tuning::for_device(info.compute_units, info.subgroup_size, opts.max_seq, shape.kv_heads);
+        let tuning = Tuning::for_device(
+            info.compute_units,
+            info.subgroup_size,
+            opts.max_seq,
+            shape.kv_heads,
+        );
         let mut rec = Recorder::new(gpu)?;
         let fence = rec.new_fence()?;
         let epoch_ns = host_now_ns();
-        let valid_mask = if info.timestamp_valid_bits >= 64 { u64::MAX } else { (1u64 << info.timestamp_valid_bits) - 1 };
+        let valid_mask = if info.timestamp_valid_bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << info.timestamp_valid_bits) - 1
+        };
         let mut engine = Engine {
             rec,
             shape,
@@ -159,7 +183,11 @@ impl Engine {
             records: Vec::new(),
             track: Vec::new(),
             epoch_ns,
-            clock: ClockMeta { calibrated: false, method: "none".into(), ..Default::default() },
+            clock: ClockMeta {
+                calibrated: false,
+                method: "none".into(),
+                ..Default::default()
+            },
             period_ns: info.timestamp_period_ns as f64,
             valid_mask,
         };
@@ -216,7 +244,11 @@ impl Engine {
                 };
             }
             _ => {
-                self.clock = ClockMeta { calibrated: false, method: "fence-fallback".into(), ..Default::default() };
+                self.clock = ClockMeta {
+                    calibrated: false,
+                    method: "fence-fallback".into(),
+                    ..Default::default()
+                };
             }
         }
         Ok(())
@@ -224,59 +256,152 @@ impl Engine {
 
     fn create_buffers(&mut self, cfg: &ModelConfig) -> anyhow::Result<()> {
         let s = self.shape;
-        let (b, h, f32b, f16b) = (self.opts.max_batch.max(1) as u64, s.hidden as u64, 4u64, 2u64);
+        let (b, h, f32b, f16b) = (
+            self.opts.max_batch.max(1) as u64,
+            s.hidden as u64,
+            4u64,
+            2u64,
+        );
         let (qd, kvd, inter) = (s.q_dim() as u64, s.kv_dim() as u64, s.intermediate as u64);
         let mut want: Vec<(Buf, BufferDesc, String)> = vec![
-            (Buf::Embed, BufferDesc::device(s.vocab as u64 * h * f16b), "embed_tokens".into()),
+            (
+                Buf::Embed,
+                BufferDesc::device(s.vocab as u64 * h * f16b),
+                "embed_tokens".into(),
+            ),
             (Buf::FinalNorm, BufferDesc::device(h * f32b), "norm".into()),
-            (Buf::RopeTable, BufferDesc::device(s.max_seq as u64 * s.head_dim as u64 * f32b), "rope_table".into()),
+            (
+                Buf::RopeTable,
+                BufferDesc::device(s.max_seq as u64 * s.head_dim as u64 * f32b),
+                "rope_table".into(),
+            ),
             (Buf::Ids, BufferDesc::upload(b * 4), "ids".into()),
-            (Buf::Params, BufferDesc::upload(std::mem::size_of::<TokenParams>() as u64), "params".into()),
+            (
+                Buf::Params,
+                BufferDesc::upload(std::mem::size_of::<TokenParams>() as u64),
+                "params".into(),
+            ),
             (Buf::X, BufferDesc::device(b * h * f32b), "x".into()),
             (Buf::H, BufferDesc::device(b * h * f32b), "h".into()),
             (Buf::QRaw, BufferDesc::device(b * qd * f32b), "q_raw".into()),
-            (Buf::KRaw, BufferDesc::device(b * kvd * f32b), "k_raw".into()),
+            (
+                Buf::KRaw,
+                BufferDesc::device(b * kvd * f32b),
+                "k_raw".into(),
+            ),
             (Buf::Q, BufferDesc::device(b * qd * f32b), "q".into()),
             (Buf::K, BufferDesc::device(b * kvd * f32b), "k".into()),
             (Buf::V, BufferDesc::device(b * kvd * f32b), "v".into()),
-            (Buf::Qkv, BufferDesc::device(s.qkv_rows() as u64 * f32b), "qkv".into()),
-            (Buf::Scores, BufferDesc::device(b * s.heads as u64 * s.max_seq as u64 * f32b), "scores".into()),
+            (
+                Buf::Qkv,
+                BufferDesc::device(s.qkv_rows() as u64 * f32b),
+                "qkv".into(),
+            ),
+            (
+                Buf::Scores,
+                BufferDesc::device(b * s.heads as u64 * s.max_seq as u64 * f32b),
+                "scores".into(),
+            ),
             (
                 Buf::Partial,
-                BufferDesc::device(s.heads as u64 * self.tuning.n_splits as u64 * (s.head_dim as u64 + 2) * f32b),
+                BufferDesc::device(
+                    s.heads as u64 * self.tuning.n_splits as u64 * (s.head_dim as u64 + 2) * f32b,
+                ),
                 "attn_partial".into(),
             ),
             (Buf::Attn, BufferDesc::device(b * qd * f32b), "attn".into()),
             (Buf::Tmp, BufferDesc::device(b * h * f32b), "tmp".into()),
-            (Buf::Gate, BufferDesc::device(b * inter * f32b), "gate".into()),
+            (
+                Buf::Gate,
+                BufferDesc::device(b * inter * f32b),
+                "gate".into(),
+            ),
             (Buf::Up, BufferDesc::device(b * inter * f32b), "up".into()),
             (Buf::Act, BufferDesc::device(b * inter * f32b), "act".into()),
-            (Buf::Logits, BufferDesc::device(s.vocab as u64 * f32b), "logits".into()),
-            (Buf::LogitsReadback, BufferDesc::readback(s.vocab as u64 * f32b), "logits_readback".into()),
+            (
+                Buf::Logits,
+                BufferDesc::device(s.vocab as u64 * f32b),
+                "logits".into(),
+            ),
+            (
+                Buf::LogitsReadback,
+                BufferDesc::readback(s.vocab as u64 * f32b),
+                "logits_readback".into(),
+            ),
             (Buf::ArgmaxOut, BufferDesc::readback(8), "argmax_out".into()),
         ];
         if !self.tied {
-            want.push((Buf::LmHead, BufferDesc::device(s.vocab as u64 * h * f16b), "lm_head".into()));
+            want.push((
+                Buf::LmHead,
+                BufferDesc::device(s.vocab as u64 * h * f16b),
+                "lm_head".into(),
+            ));
         }
         for l in 0..s.layers {
             let p = format!("model.layers.{l}");
             want.extend([
-                (Buf::AttnNorm(l), BufferDesc::device(h * f32b), format!("{p}.input_layernorm")),
-                (Buf::MlpNorm(l), BufferDesc::device(h * f32b), format!("{p}.post_attention_layernorm")),
-                (Buf::Wqkv(l), BufferDesc::device(s.qkv_rows() as u64 * h * f16b), format!("{p}.self_attn.qkv_proj")),
-                (Buf::Wo(l), BufferDesc::device(h * qd * f16b), format!("{p}.self_attn.o_proj")),
-                (Buf::WGateUp(l), BufferDesc::device(2 * inter * h * f16b), format!("{p}.mlp.gate_up_proj")),
-                (Buf::WDown(l), BufferDesc::device(h * inter * f16b), format!("{p}.mlp.down_proj")),
-                (Buf::KCache(l), BufferDesc::device(s.max_seq as u64 * kvd * f32b), format!("{p}.k_cache")),
-                (Buf::VCache(l), BufferDesc::device(s.max_seq as u64 * kvd * f32b), format!("{p}.v_cache")),
+                (
+                    Buf::AttnNorm(l),
+                    BufferDesc::device(h * f32b),
+                    format!("{p}.input_layernorm"),
+                ),
+                (
+                    Buf::MlpNorm(l),
+                    BufferDesc::device(h * f32b),
+                    format!("{p}.post_attention_layernorm"),
+                ),
+                (
+                    Buf::Wqkv(l),
+                    BufferDesc::device(s.qkv_rows() as u64 * h * f16b),
+                    format!("{p}.self_attn.qkv_proj"),
+                ),
+                (
+                    Buf::Wo(l),
+                    BufferDesc::device(h * qd * f16b),
+                    format!("{p}.self_attn.o_proj"),
+                ),
+                (
+                    Buf::WGateUp(l),
+                    BufferDesc::device(2 * inter * h * f16b),
+                    format!("{p}.mlp.gate_up_proj"),
+                ),
+                (
+                    Buf::WDown(l),
+                    BufferDesc::device(h * inter * f16b),
+                    format!("{p}.mlp.down_proj"),
+                ),
+                (
+                    Buf::KCache(l),
+                    BufferDesc::device(s.max_seq as u64 * kvd * f32b),
+                    format!("{p}.k_cache"),
+                ),
+                (
+                    Buf::VCache(l),
+                    BufferDesc::device(s.max_seq as u64 * kvd * f32b),
+                    format!("{p}.v_cache"),
+                ),
             ]);
             if cfg.qk_norm {
-                want.push((Buf::QNorm(l), BufferDesc::device(s.head_dim as u64 * f32b), format!("{p}.self_attn.q_norm")));
-                want.push((Buf::KNorm(l), BufferDesc::device(s.head_dim as u64 * f32b), format!("{p}.self_attn.k_norm")));
+                want.push((
+                    Buf::QNorm(l),
+                    BufferDesc::device(s.head_dim as u64 * f32b),
+                    format!("{p}.self_attn.q_norm"),
+                ));
+                want.push((
+                    Buf::KNorm(l),
+                    BufferDesc::device(s.head_dim as u64 * f32b),
+                    format!("{p}.self_attn.k_norm"),
+                ));
             }
         }
         let align = self.gpu().info().min_storage_buffer_offset_alignment.max(1);
-        for sub in [qd * h * f16b, (qd + kvd) * h * f16b, inter * h * f16b, h * f32b, kvd * f32b] {
+        for sub in [
+            qd * h * f16b,
+            (qd + kvd) * h * f16b,
+            inter * h * f16b,
+            h * f32b,
+            kvd * f32b,
+        ] {
             if sub % align != 0 {
                 bail!(
                     "this model's tensor sizes give a buffer offset of {sub} bytes, not a multiple of the \
@@ -285,7 +410,10 @@ impl Engine {
             }
         }
         for (buf, desc, name) in want {
-            let b = self.gpu().create_buffer(desc, &name).with_context(|| format!("creating buffer {name}"))?;
+            let b = self
+                .gpu()
+                .create_buffer(desc, &name)
+                .with_context(|| format!("creating buffer {name}"))?;
             self.bufs.insert(buf, b);
         }
         Ok(())
@@ -300,8 +428,16 @@ impl Engine {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         let mut jobs: Vec<(Buf, Vec<u8>, u64)> = vec![
-            (Buf::Embed, f16_bytes(&w.embed_tokens.data), w.embed_tokens.data.len() as u64),
-            (Buf::FinalNorm, f32_bytes(&w.norm.data), w.norm.data.len() as u64),
+            (
+                Buf::Embed,
+                f16_bytes(&w.embed_tokens.data),
+                w.embed_tokens.data.len() as u64,
+            ),
+            (
+                Buf::FinalNorm,
+                f32_bytes(&w.norm.data),
+                w.norm.data.len() as u64,
+            ),
         ];
         if let Some(lm) = &w.lm_head {
             jobs.push((Buf::LmHead, f16_bytes(&lm.data), lm.data.len() as u64));
@@ -318,9 +454,18 @@ impl Engine {
         }
         jobs.push((Buf::RopeTable, f32_bytes(&table), 0));
         for (b, bytes, n) in jobs {
-            let key = if b == Buf::LmHead && self.tied { Buf::Embed } else { b };
-            let buf = self.bufs.get(&key).ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?;
-            self.rec.upload(buf, 0, &bytes).with_context(|| format!("uploading {}", buf.name()))?;
+            let key = if b == Buf::LmHead && self.tied {
+                Buf::Embed
+            } else {
+                b
+            };
+            let buf = self
+                .bufs
+                .get(&key)
+                .ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?;
+            self.rec
+                .upload(buf, 0, &bytes)
+                .with_context(|| format!("uploading {}", buf.name()))?;
             bar.inc(n);
         }
         for (l, lw) in w.layers.iter().enumerate() {
@@ -332,7 +477,10 @@ impl Engine {
             gu.extend(f16_bytes(&lw.up_proj.data));
             let mut jobs = vec![
                 (Buf::AttnNorm(l), f32_bytes(&lw.input_layernorm.data)),
-                (Buf::MlpNorm(l), f32_bytes(&lw.post_attention_layernorm.data)),
+                (
+                    Buf::MlpNorm(l),
+                    f32_bytes(&lw.post_attention_layernorm.data),
+                ),
                 (Buf::Wqkv(l), qkv),
                 (Buf::Wo(l), f16_bytes(&lw.o_proj.data)),
                 (Buf::WGateUp(l), gu),
@@ -343,13 +491,26 @@ impl Engine {
                 jobs.push((Buf::KNorm(l), f32_bytes(&kn.data)));
             }
             for (b, bytes) in jobs {
-                let buf = self.bufs.get(&b).ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?;
-                self.rec.upload(buf, 0, &bytes).with_context(|| format!("uploading {}", buf.name()))?;
+                let buf = self
+                    .bufs
+                    .get(&b)
+                    .ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?;
+                self.rec
+                    .upload(buf, 0, &bytes)
+                    .with_context(|| format!("uploading {}", buf.name()))?;
             }
-            let n: u64 = [&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate_proj, &lw.up_proj, &lw.down_proj]
-                .iter()
-                .map(|t| t.data.len() as u64)
-                .sum::<u64>()
+            let n: u64 = [
+                &lw.q_proj,
+                &lw.k_proj,
+                &lw.v_proj,
+                &lw.o_proj,
+                &lw.gate_proj,
+                &lw.up_proj,
+                &lw.down_proj,
+            ]
+            .iter()
+            .map(|t| t.data.len() as u64)
+            .sum::<u64>()
                 + (2 * s.hidden) as u64;
             bar.inc(n);
         }
@@ -371,7 +532,11 @@ impl Engine {
         if let Some(&i) = self.op_index.get(&label) {
             return i;
         }
-        let mut f = OpInfo { label: label.clone(), kind: kind.into(), ..Default::default() };
+        let mut f = OpInfo {
+            label: label.clone(),
+            kind: kind.into(),
+            ..Default::default()
+        };
         for s in steps {
             f.bytes_read += s.facts.bytes_read;
             f.bytes_written += s.facts.bytes_written;
@@ -389,9 +554,16 @@ impl Engine {
     /// Lowers and prepares the program of a step over `n_tokens` tokens.
     fn prepare(&mut self, n_tokens: u32) -> anyhow::Result<Prepared> {
         let k = self.opts.knobs;
-        let steps = lower(&self.shape, &self.tuning, k.kernels, n_tokens, self.opts.logits_readback);
-        let gpu_steps: Vec<usize> =
-            (0..steps.len()).filter(|&i| !matches!(steps[i].action, Action::HostRead)).collect();
+        let steps = lower(
+            &self.shape,
+            &self.tuning,
+            k.kernels,
+            n_tokens,
+            self.opts.logits_readback,
+        );
+        let gpu_steps: Vec<usize> = (0..steps.len())
+            .filter(|&i| !matches!(steps[i].action, Action::HostRead))
+            .collect();
         // Submit chunks.
         let mut bounds: Vec<usize> = vec![0];
         for (j, &i) in gpu_steps.iter().enumerate().skip(1) {
@@ -421,7 +593,12 @@ impl Engine {
             Timestamps::Token => {
                 if let (Some(&first), Some(&last)) = (gpu_steps.first(), gpu_steps.last()) {
                     let op = self.region_op("token".into(), "token", &steps);
-                    spans.push(SpanDef { op, first, last, query: 0 });
+                    spans.push(SpanDef {
+                        op,
+                        first,
+                        last,
+                        query: 0,
+                    });
                 }
             }
             Timestamps::Region => {
@@ -434,14 +611,24 @@ impl Engine {
                     }
                     let covered: Vec<Step> = (j..=e).map(|x| steps[gpu_steps[x]].clone()).collect();
                     let op = self.region_op(region.label(), "region", &covered);
-                    spans.push(SpanDef { op, first: gpu_steps[j], last: gpu_steps[e], query: 2 * spans.len() as u32 });
+                    spans.push(SpanDef {
+                        op,
+                        first: gpu_steps[j],
+                        last: gpu_steps[e],
+                        query: 2 * spans.len() as u32,
+                    });
                     j = e + 1;
                 }
             }
             Timestamps::Dispatch => {
                 for &i in &gpu_steps {
                     let op = self.op_id(&steps[i]);
-                    spans.push(SpanDef { op, first: i, last: i, query: 2 * spans.len() as u32 });
+                    spans.push(SpanDef {
+                        op,
+                        first: i,
+                        last: i,
+                        query: 2 * spans.len() as u32,
+                    });
                 }
             }
         }
@@ -450,7 +637,11 @@ impl Engine {
                 self.op_id(s);
             }
         }
-        let queries = if spans.is_empty() { None } else { Some(self.rec.create_query_pool(2 * spans.len() as u32)?) };
+        let queries = if spans.is_empty() {
+            None
+        } else {
+            Some(self.rec.create_query_pool(2 * spans.len() as u32)?)
+        };
         let mut prepared = Prepared {
             n_tokens,
             steps,
@@ -486,7 +677,10 @@ impl Engine {
     }
 
     fn pipeline_desc(&self, step: &Step) -> PipelineDesc {
-        let Action::Dispatch { shader, spec, push, .. } = &step.action else {
+        let Action::Dispatch {
+            shader, spec, push, ..
+        } = &step.action
+        else {
             unreachable!("pipeline_desc is only asked for dispatches")
         };
         PipelineDesc {
@@ -500,22 +694,37 @@ impl Engine {
 
     fn pipeline(&mut self, desc: PipelineDesc) -> anyhow::Result<&Pipeline> {
         if !self.pipelines.contains_key(&desc) {
-            let p = self
-                .gpu()
-                .create_pipeline(desc)
-                .with_context(|| format!("creating the pipeline of shader {}", desc.shader.name()))?;
+            let p = self.gpu().create_pipeline(desc).with_context(|| {
+                format!("creating the pipeline of shader {}", desc.shader.name())
+            })?;
             self.pipelines.insert(desc, p);
         }
-        self.pipelines.get(&desc).ok_or_else(|| anyhow!("internal: pipeline missing"))
+        self.pipelines
+            .get(&desc)
+            .ok_or_else(|| anyhow!("internal: pipeline missing"))
     }
 
-    fn ranges<'a>(bufs: &'a BTreeMap<Buf, Buffer>, tied: bool, binds: &[super::program::Bind]) -> anyhow::Result<Vec<BufRange<'a>>> {
+    fn ranges<'a>(
+        bufs: &'a BTreeMap<Buf, Buffer>,
+        tied: bool,
+        binds: &[super::program::Bind],
+    ) -> anyhow::Result<Vec<BufRange<'a>>> {
         binds
             .iter()
             .map(|b| {
-                let key = if b.range.buf == Buf::LmHead && tied { Buf::Embed } else { b.range.buf };
-                let buffer = bufs.get(&key).ok_or_else(|| anyhow!("internal: buffer {key:?} missing"))?;
-                Ok(BufRange { buffer, offset: b.range.offset, bytes: b.range.bytes })
+                let key = if b.range.buf == Buf::LmHead && tied {
+                    Buf::Embed
+                } else {
+                    b.range.buf
+                };
+                let buffer = bufs
+                    .get(&key)
+                    .ok_or_else(|| anyhow!("internal: buffer {key:?} missing"))?;
+                Ok(BufRange {
+                    buffer,
+                    offset: b.range.offset,
+                    bytes: b.range.bytes,
+                })
             })
             .collect()
     }
@@ -523,8 +732,16 @@ impl Engine {
     fn write_new_set(&mut self, step: &Step, lifetime: SetLifetime) -> anyhow::Result<DescSet> {
         let desc = self.pipeline_desc(step);
         self.pipeline(desc)?;
-        let Engine { rec, pipelines, bufs, tied, .. } = self;
-        let p = pipelines.get(&desc).ok_or_else(|| anyhow!("internal: pipeline missing"))?;
+        let Engine {
+            rec,
+            pipelines,
+            bufs,
+            tied,
+            ..
+        } = self;
+        let p = pipelines
+            .get(&desc)
+            .ok_or_else(|| anyhow!("internal: pipeline missing"))?;
         let set = rec.alloc_set(p, lifetime)?;
         let ranges = Self::ranges(bufs, *tied, &step.binds)?;
         rec.write_set(set, &ranges);
@@ -539,11 +756,16 @@ impl Engine {
         for i in range {
             let step = &p.steps[i];
             let set = match (&step.action, self.opts.knobs.descriptors) {
-                (Action::Dispatch { .. }, Descriptors::PerDispatch) => Some(self.write_new_set(step, SetLifetime::Transient)?),
+                (Action::Dispatch { .. }, Descriptors::PerDispatch) => {
+                    Some(self.write_new_set(step, SetLifetime::Transient)?)
+                }
                 (Action::Dispatch { .. }, Descriptors::Cached) => {
                     let key = (
                         self.pipeline_desc(step),
-                        step.binds.iter().map(|b| (b.range.buf, b.range.offset, b.range.bytes)).collect::<Vec<_>>(),
+                        step.binds
+                            .iter()
+                            .map(|b| (b.range.buf, b.range.offset, b.range.bytes))
+                            .collect::<Vec<_>>(),
                     );
                     match self.cached_sets.get(&key) {
                         Some(s) => Some(*s),
@@ -564,8 +786,17 @@ impl Engine {
 
     /// Records chunk `c` of `p` for a step at position `pos0` (only primitive KV copies and
     /// KV-scaled grids depend on it; replayed programs never do).
-    fn record_chunk(&mut self, p: &mut Prepared, c: usize, pos0: u32, log: &mut SpanLog) -> anyhow::Result<()> {
-        let sets = if matches!(self.opts.knobs.descriptors, Descriptors::PerDispatch | Descriptors::Cached) {
+    fn record_chunk(
+        &mut self,
+        p: &mut Prepared,
+        c: usize,
+        pos0: u32,
+        log: &mut SpanLog,
+    ) -> anyhow::Result<()> {
+        let sets = if matches!(
+            self.opts.knobs.descriptors,
+            Descriptors::PerDispatch | Descriptors::Cached
+        ) {
             host_span!(log, "descriptors", 1, { self.chunk_sets(p, c)? })
         } else {
             p.chunks[c].1.clone().map(|i| p.sets[i]).collect()
@@ -576,16 +807,32 @@ impl Engine {
         Ok(())
     }
 
-    fn record_steps(&mut self, p: &mut Prepared, c: usize, pos0: u32, sets: &[Option<DescSet>]) -> anyhow::Result<()> {
+    fn record_steps(
+        &mut self,
+        p: &mut Prepared,
+        c: usize,
+        pos0: u32,
+        sets: &[Option<DescSet>],
+    ) -> anyhow::Result<()> {
         let (cmd, range) = (p.chunks[c].0, p.chunks[c].1.clone());
         let kv_len = pos0 + p.n_tokens;
         let barriers = self.opts.knobs.barriers;
         let descriptors = self.opts.knobs.descriptors;
         let descs: Vec<Option<PipelineDesc>> = range
             .clone()
-            .map(|i| matches!(p.steps[i].action, Action::Dispatch { .. }).then(|| self.pipeline_desc(&p.steps[i])))
+            .map(|i| {
+                matches!(p.steps[i].action, Action::Dispatch { .. })
+                    .then(|| self.pipeline_desc(&p.steps[i]))
+            })
             .collect();
-        let Engine { rec, pipelines, bufs, tied, track, .. } = self;
+        let Engine {
+            rec,
+            pipelines,
+            bufs,
+            tied,
+            track,
+            ..
+        } = self;
         rec.begin(cmd)?;
         if c == 0 {
             // Tracking starts fresh each step: the previous step's wait ordered everything before it.
@@ -612,8 +859,11 @@ impl Engine {
             rec.begin_label(cmd, &step.label);
             match &step.action {
                 Action::Dispatch { push, grid, .. } => {
-                    let desc = descs[j].ok_or_else(|| anyhow!("internal: dispatch without pipeline"))?;
-                    let pl = pipelines.get(&desc).ok_or_else(|| anyhow!("internal: pipeline missing"))?;
+                    let desc =
+                        descs[j].ok_or_else(|| anyhow!("internal: dispatch without pipeline"))?;
+                    let pl = pipelines
+                        .get(&desc)
+                        .ok_or_else(|| anyhow!("internal: pipeline missing"))?;
                     if bound != Some(desc) {
                         rec.bind_pipeline(cmd, pl);
                         bound = Some(desc);
@@ -622,7 +872,9 @@ impl Engine {
                         let ranges = Self::ranges(bufs, *tied, &step.binds)?;
                         rec.push_set(cmd, pl, &ranges)?;
                     } else {
-                        let set = sets[j].ok_or_else(|| anyhow!("internal: no descriptor set for {}", step.label))?;
+                        let set = sets[j].ok_or_else(|| {
+                            anyhow!("internal: no descriptor set for {}", step.label)
+                        })?;
                         rec.bind_set(cmd, pl, set);
                     }
                     if !push.is_empty() {
@@ -636,7 +888,12 @@ impl Engine {
                 }
                 Action::Copy { dst_per_pos } => {
                     let r = Self::ranges(bufs, *tied, &step.binds)?;
-                    rec.copy(cmd, r[0], r[1].buffer, r[1].offset + pos0 as u64 * dst_per_pos);
+                    rec.copy(
+                        cmd,
+                        r[0],
+                        r[1].buffer,
+                        r[1].offset + pos0 as u64 * dst_per_pos,
+                    );
                 }
                 Action::HostRead => {}
             }
@@ -665,14 +922,19 @@ impl Engine {
             );
         }
         if n > self.opts.max_batch.max(1) {
-            bail!("a step of {n} tokens exceeds the engine's batch capacity of {}", self.opts.max_batch);
+            bail!(
+                "a step of {n} tokens exceeds the engine's batch capacity of {}",
+                self.opts.max_batch
+            );
         }
         let start_ns = host_now_ns();
         let mut log = SpanLog::new(self.epoch_ns);
         let token_span = log.open("token", 0);
         puffin::profile_scope!("token");
         let mut p = if n == 1 {
-            self.decode.take().ok_or_else(|| anyhow!("internal: decode program missing"))?
+            self.decode
+                .take()
+                .ok_or_else(|| anyhow!("internal: decode program missing"))?
         } else {
             host_span!(log, "record", 1, { self.prepare(n)? })
         };
@@ -684,7 +946,8 @@ impl Engine {
         log.close(token_span);
         let wall_ns = host_now_ns().saturating_sub(start_ns);
         let host_wait_ns = log.total_ns("wait");
-        let host_enqueue_ns = log.total_ns("record") + log.total_ns("descriptors") + log.total_ns("submit");
+        let host_enqueue_ns =
+            log.total_ns("record") + log.total_ns("descriptors") + log.total_ns("submit");
         let counters = self.rec.take_counters();
         self.records.push(TokenRecord {
             index: self.records.len() as u32,
@@ -718,11 +981,20 @@ impl Engine {
         let k = self.opts.knobs;
         let replay = p.recorded && k.recording == Recording::Once;
         host_span!(log, "record", 1, {
-            let params = TokenParams { pos0, n_tokens: n, kv_len: pos0 + n, pad0: 0 };
+            let params = TokenParams {
+                pos0,
+                n_tokens: n,
+                kv_len: pos0 + n,
+                pad0: 0,
+            };
             let Engine { rec, bufs, .. } = self;
-            let ids = bufs.get_mut(&Buf::Ids).ok_or_else(|| anyhow!("internal: ids buffer missing"))?;
+            let ids = bufs
+                .get_mut(&Buf::Ids)
+                .ok_or_else(|| anyhow!("internal: ids buffer missing"))?;
             rec.write(ids, 0, bytemuck::cast_slice(tokens))?;
-            let pb = bufs.get_mut(&Buf::Params).ok_or_else(|| anyhow!("internal: params buffer missing"))?;
+            let pb = bufs
+                .get_mut(&Buf::Params)
+                .ok_or_else(|| anyhow!("internal: params buffer missing"))?;
             rec.write(pb, 0, bytemuck::bytes_of(&params))?;
             if !replay && matches!(k.descriptors, Descriptors::PerDispatch) {
                 rec.reset_transient_sets()?;
@@ -754,23 +1026,40 @@ impl Engine {
         let wait_end = host_now_ns();
         // Readback: the token (and the logits where they are read back).
         let logits_read = p.steps.iter().any(|s| {
-            matches!(s.action, Action::HostRead) && s.binds.first().is_some_and(|b| b.range.buf == Buf::LogitsReadback)
+            matches!(s.action, Action::HostRead)
+                && s.binds
+                    .first()
+                    .is_some_and(|b| b.range.buf == Buf::LogitsReadback)
         });
         let argmax_read = p.steps.iter().any(|s| {
-            matches!(s.action, Action::HostRead) && s.binds.first().is_some_and(|b| b.range.buf == Buf::ArgmaxOut)
+            matches!(s.action, Action::HostRead)
+                && s.binds
+                    .first()
+                    .is_some_and(|b| b.range.buf == Buf::ArgmaxOut)
         });
         let (logits, gpu_token, raw_ts) = host_span!(log, "readback", 1, {
             let logits = if logits_read {
                 let mut bytes = vec![0u8; self.shape.vocab as usize * 4];
-                let b = self.bufs.get(&Buf::LogitsReadback).ok_or_else(|| anyhow!("internal: readback missing"))?;
+                let b = self
+                    .bufs
+                    .get(&Buf::LogitsReadback)
+                    .ok_or_else(|| anyhow!("internal: readback missing"))?;
                 self.rec.read(b, 0, &mut bytes)?;
-                Some(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<f32>>())
+                Some(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect::<Vec<f32>>(),
+                )
             } else {
                 None
             };
             let gpu_token = if argmax_read {
                 let mut word = [0u8; 4];
-                let b = self.bufs.get(&Buf::ArgmaxOut).ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
+                let b = self
+                    .bufs
+                    .get(&Buf::ArgmaxOut)
+                    .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
                 self.rec.read(b, 0, &mut word)?;
                 Some(u32::from_le_bytes(word))
             } else {
@@ -790,12 +1079,26 @@ impl Engine {
             }
         });
         let (gpu_spans, busy) = self.gpu_spans(p, &raw_ts, &chunk_of_step, wait_end, start_ns);
-        Ok((StepOutput { logits, argmax: argmax_id }, gpu_spans, busy))
+        Ok((
+            StepOutput {
+                logits,
+                argmax: argmax_id,
+            },
+            gpu_spans,
+            busy,
+        ))
     }
 
     /// Converts raw timestamps to GPU spans on the host timeline (relative to the epoch) and the
     /// step's GPU busy time (the union of its spans).
-    fn gpu_spans(&self, p: &Prepared, raw: &[u64], chunk_of_step: &[u32], wait_end: u64, start_ns: u64) -> (Vec<GpuSpan>, Option<u64>) {
+    fn gpu_spans(
+        &self,
+        p: &Prepared,
+        raw: &[u64],
+        chunk_of_step: &[u32],
+        wait_end: u64,
+        start_ns: u64,
+    ) -> (Vec<GpuSpan>, Option<u64>) {
         if p.spans.is_empty() || raw.is_empty() {
             return (Vec::new(), None);
         }
@@ -804,7 +1107,12 @@ impl Engine {
             self.clock.gpu_minus_host_ns
         } else {
             // Fallback: the step's last GPU timestamp happened no later than the wait returned.
-            let last_end = p.spans.iter().map(|s| ns(raw[s.query as usize + 1])).max().unwrap_or(0);
+            let last_end = p
+                .spans
+                .iter()
+                .map(|s| ns(raw[s.query as usize + 1]))
+                .max()
+                .unwrap_or(0);
             last_end - wait_end as i64
         };
         let epoch = self.epoch_ns as i64;
@@ -816,7 +1124,13 @@ impl Engine {
                 let b = ns(raw[s.query as usize + 1]) - offset - epoch;
                 let start = a.max(start_ns as i64 - epoch).max(0) as u64;
                 let end = (b.max(a)).max(0) as u64;
-                GpuSpan(s.op, start, end.saturating_sub(start), 0, chunk_of_step[s.first])
+                GpuSpan(
+                    s.op,
+                    start,
+                    end.saturating_sub(start),
+                    0,
+                    chunk_of_step[s.first],
+                )
             })
             .collect();
         spans.sort_by_key(|s| s.1);
@@ -849,18 +1163,28 @@ fn actual(b: &super::program::Bind, pos0: u32, action: &Action, index: usize) ->
 }
 
 /// True when a step touches a range written since the last barrier, or writes one read since.
-fn hazard(t: &[(Buf, u64, u64, bool)], binds: &[super::program::Bind], pos0: u32, action: &Action) -> bool {
+fn hazard(
+    t: &[(Buf, u64, u64, bool)],
+    binds: &[super::program::Bind],
+    pos0: u32,
+    action: &Action,
+) -> bool {
     binds.iter().enumerate().any(|(i, b)| {
-            let r = actual(b, pos0, action, i);
-            let writes = b.access != Access::Read;
-            t.iter().any(|&(buf, off, len, w)| {
-                buf == r.buf && off < r.offset + r.bytes && r.offset < off + len && (w || writes)
-            })
+        let r = actual(b, pos0, action, i);
+        let writes = b.access != Access::Read;
+        t.iter().any(|&(buf, off, len, w)| {
+            buf == r.buf && off < r.offset + r.bytes && r.offset < off + len && (w || writes)
         })
+    })
 }
 
 /// Records the ranges a step touches.
-fn touch(t: &mut Vec<(Buf, u64, u64, bool)>, binds: &[super::program::Bind], pos0: u32, action: &Action) {
+fn touch(
+    t: &mut Vec<(Buf, u64, u64, bool)>,
+    binds: &[super::program::Bind],
+    pos0: u32,
+    action: &Action,
+) {
     for (i, b) in binds.iter().enumerate() {
         let r = actual(b, pos0, action, i);
         t.push((r.buf, r.offset, r.bytes, b.access != Access::Read));
@@ -868,8 +1192,17 @@ fn touch(t: &mut Vec<(Buf, u64, u64, bool)>, binds: &[super::program::Bind], pos
 }
 
 impl Backend for Engine {
-    fn step(&mut self, tokens: &[u32], pos: usize, want_logits: bool) -> anyhow::Result<StepOutput> {
-        let phase = if pos == 0 { Phase::Prefill } else { Phase::Decode };
+    fn step(
+        &mut self,
+        tokens: &[u32],
+        pos: usize,
+        want_logits: bool,
+    ) -> anyhow::Result<StepOutput> {
+        let phase = if pos == 0 {
+            Phase::Prefill
+        } else {
+            Phase::Decode
+        };
         let out = self.run(tokens, pos as u32, phase)?;
         if want_logits && out.logits.is_none() {
             bail!(

@@ -2,7 +2,9 @@
 //! first-kernel self-check that `decoder selfcheck` runs. Not used on the decode path.
 
 use crate::shaders::Shader;
-use crate::vk::{BufRange, BufferDesc, Gpu, PipelineDesc, Queue, Recorder, SPEC_CONSTANTS, VkResult};
+use crate::vk::{
+    BufRange, BufferDesc, Gpu, PipelineDesc, Queue, Recorder, SPEC_CONSTANTS, VkResult,
+};
 
 /// One binding of a kernel run: its initial contents (f32, f16 bits or u32 words as bytes) and
 /// whether its contents are read back after the run.
@@ -14,22 +16,37 @@ pub struct Binding {
 
 impl Binding {
     pub fn input_f32(v: &[f32]) -> Self {
-        Binding { bytes: bytemuck::cast_slice(v).to_vec(), read_back: false }
+        Binding {
+            bytes: bytemuck::cast_slice(v).to_vec(),
+            read_back: false,
+        }
     }
     pub fn input_f16(v: &[f32]) -> Self {
         let h: Vec<half::f16> = v.iter().map(|x| half::f16::from_f32(*x)).collect();
-        Binding { bytes: bytemuck::cast_slice(&h).to_vec(), read_back: false }
+        Binding {
+            bytes: bytemuck::cast_slice(&h).to_vec(),
+            read_back: false,
+        }
     }
     pub fn input_u32(v: &[u32]) -> Self {
-        Binding { bytes: bytemuck::cast_slice(v).to_vec(), read_back: false }
+        Binding {
+            bytes: bytemuck::cast_slice(v).to_vec(),
+            read_back: false,
+        }
     }
     /// An output of `n` f32 values, initialised to `init`.
     pub fn output_f32(n: usize, init: f32) -> Self {
-        Binding { bytes: bytemuck::cast_slice(&vec![init; n]).to_vec(), read_back: true }
+        Binding {
+            bytes: bytemuck::cast_slice(&vec![init; n]).to_vec(),
+            read_back: true,
+        }
     }
     /// An input that the kernel also writes (read back after the run).
     pub fn inout_f32(v: &[f32]) -> Self {
-        Binding { bytes: bytemuck::cast_slice(v).to_vec(), read_back: true }
+        Binding {
+            bytes: bytemuck::cast_slice(v).to_vec(),
+            read_back: true,
+        }
     }
 }
 
@@ -46,7 +63,11 @@ pub struct Launch {
 
 /// Uploads the bindings, runs the launch once, and returns the read-back bindings' bytes (in
 /// binding order; `None` for bindings not read back).
-pub fn run_kernel(gpu: &Gpu, launch: &Launch, bindings: &[Binding]) -> VkResult<Vec<Option<Vec<u8>>>> {
+pub fn run_kernel(
+    gpu: &Gpu,
+    launch: &Launch,
+    bindings: &[Binding],
+) -> VkResult<Vec<Option<Vec<u8>>>> {
     let mut rec = Recorder::new(gpu)?;
     let pipeline = gpu.create_pipeline(PipelineDesc {
         shader: launch.shader,
@@ -57,7 +78,10 @@ pub fn run_kernel(gpu: &Gpu, launch: &Launch, bindings: &[Binding]) -> VkResult<
     })?;
     let mut buffers = Vec::with_capacity(bindings.len());
     for (i, b) in bindings.iter().enumerate() {
-        let buf = gpu.create_buffer(BufferDesc::device(b.bytes.len() as u64), &format!("binding{i}"))?;
+        let buf = gpu.create_buffer(
+            BufferDesc::device(b.bytes.len() as u64),
+            &format!("binding{i}"),
+        )?;
         rec.upload(&buf, 0, &b.bytes)?;
         buffers.push(buf);
     }
@@ -92,5 +116,8 @@ pub fn run_kernel(gpu: &Gpu, launch: &Launch, bindings: &[Binding]) -> VkResult<
 
 /// Reinterprets read-back bytes as f32.
 pub fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }

@@ -173,26 +173,64 @@ impl Knobs {
     pub fn single_flips(&self, toward: &Knobs) -> Vec<(&'static str, String, Knobs)> {
         let mut out = vec![];
         if self.submit != toward.submit {
-            out.push(("submit", toward.submit.to_string(), Knobs { submit: toward.submit, ..*self }));
+            out.push((
+                "submit",
+                toward.submit.to_string(),
+                Knobs {
+                    submit: toward.submit,
+                    ..*self
+                },
+            ));
         }
         if self.sync != toward.sync {
-            out.push(("sync", toward.sync.to_string(), Knobs { sync: toward.sync, ..*self }));
+            out.push((
+                "sync",
+                toward.sync.to_string(),
+                Knobs {
+                    sync: toward.sync,
+                    ..*self
+                },
+            ));
         }
         if self.descriptors != toward.descriptors {
             out.push((
                 "descriptors",
                 toward.descriptors.to_string(),
-                Knobs { descriptors: toward.descriptors, ..*self },
+                Knobs {
+                    descriptors: toward.descriptors,
+                    ..*self
+                },
             ));
         }
         if self.barriers != toward.barriers {
-            out.push(("barriers", toward.barriers.to_string(), Knobs { barriers: toward.barriers, ..*self }));
+            out.push((
+                "barriers",
+                toward.barriers.to_string(),
+                Knobs {
+                    barriers: toward.barriers,
+                    ..*self
+                },
+            ));
         }
         if self.kernels != toward.kernels {
-            out.push(("kernels", toward.kernels.to_string(), Knobs { kernels: toward.kernels, ..*self }));
+            out.push((
+                "kernels",
+                toward.kernels.to_string(),
+                Knobs {
+                    kernels: toward.kernels,
+                    ..*self
+                },
+            ));
         }
         if self.recording != toward.recording {
-            out.push(("recording", toward.recording.to_string(), Knobs { recording: toward.recording, ..*self }));
+            out.push((
+                "recording",
+                toward.recording.to_string(),
+                Knobs {
+                    recording: toward.recording,
+                    ..*self
+                },
+            ));
         }
         out
     }
@@ -308,7 +346,10 @@ mod tests {
     #[test]
     fn parse_and_print_round_trip() {
         for s in ["dispatch", "every:4", "per-layer", "token"] {
-            assert_eq!(s.parse::<Submit>().map(|v| v.to_string()), Ok(s.to_string()));
+            assert_eq!(
+                s.parse::<Submit>().map(|v| v.to_string()),
+                Ok(s.to_string())
+            );
         }
         assert!("every:0".parse::<Submit>().is_err());
         assert!("sometimes".parse::<Sync>().unwrap_err().contains("--sync"));
@@ -329,7 +370,10 @@ mod tests {
 
     #[test]
     fn replay_with_primitive_kernels_is_refused() {
-        let k = Knobs { recording: Recording::Once, ..Knobs::preset(Mode::Generic) };
+        let k = Knobs {
+            recording: Recording::Once,
+            ..Knobs::preset(Mode::Generic)
+        };
         assert!(k.validate(true).unwrap_err().contains("--recording once"));
     }
 }

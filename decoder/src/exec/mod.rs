@@ -1,9 +1,9 @@
 //! Execution: lowering the model description to Vulkan work, the knobs between the two modes,
 //! and the kernels' host-side descriptions.
 
+pub mod engine;
 pub mod harness;
 pub mod kernels;
-pub mod engine;
 pub mod knobs;
 pub mod program;
 pub mod spans;

@@ -44,7 +44,12 @@ impl Shape {
     pub fn weight_bytes_per_token(&self) -> u64 {
         let (h, i) = (self.hidden as u64, self.intermediate as u64);
         let per_layer = 2 * (self.qkv_rows() as u64 * h + h * self.q_dim() as u64 + 3 * i * h)
-            + 4 * (2 * h + if self.qk_norm { 2 * self.head_dim as u64 } else { 0 });
+            + 4 * (2 * h
+                + if self.qk_norm {
+                    2 * self.head_dim as u64
+                } else {
+                    0
+                });
         self.layers as u64 * per_layer + 2 * self.vocab as u64 * h + 4 * h + 2 * h
     }
 }
@@ -154,7 +159,11 @@ pub struct Bind {
 pub enum Grid {
     Fixed([u32; 3]),
     /// `x = ceil(kv_len / per)` for the step's KV length.
-    KvScaled { per: u32, y: u32, z: u32 },
+    KvScaled {
+        per: u32,
+        y: u32,
+        z: u32,
+    },
 }
 
 /// The timestamp region a step belongs to: `embed`, `L{i}.attn`, `L{i}.mlp` or `head`.
@@ -188,7 +197,12 @@ impl Region {
 /// What a step does.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    Dispatch { shader: Shader, spec: [u32; 8], push: Vec<u8>, grid: Grid },
+    Dispatch {
+        shader: Shader,
+        spec: [u32; 8],
+        push: Vec<u8>,
+        grid: Grid,
+    },
     /// A transfer copy from `binds[0]` to `binds[1]`; the destination offset advances by
     /// `dst_per_pos` bytes per position of the step's first token.
     Copy { dst_per_pos: u64 },
@@ -273,13 +287,22 @@ fn r(buf: Buf, offset: u64, bytes: u64) -> Range {
     Range { buf, offset, bytes }
 }
 fn read(range: Range) -> Bind {
-    Bind { range, access: Access::Read }
+    Bind {
+        range,
+        access: Access::Read,
+    }
 }
 fn write(range: Range) -> Bind {
-    Bind { range, access: Access::Write }
+    Bind {
+        range,
+        access: Access::Write,
+    }
 }
 fn rw(range: Range) -> Bind {
-    Bind { range, access: Access::ReadWrite }
+    Bind {
+        range,
+        access: Access::ReadWrite,
+    }
 }
 
 fn spec(values: &[u32]) -> [u32; 8] {
@@ -310,12 +333,21 @@ impl Lower<'_> {
         binds: Vec<Bind>,
         facts: OpInfo,
     ) {
-        let facts = OpInfo { label: label.clone(), kind: kind.into(), ..facts };
+        let facts = OpInfo {
+            label: label.clone(),
+            kind: kind.into(),
+            ..facts
+        };
         self.steps.push(Step {
             label,
             kind,
             region,
-            action: Action::Dispatch { shader, spec, push, grid },
+            action: Action::Dispatch {
+                shader,
+                spec,
+                push,
+                grid,
+            },
             binds,
             facts,
         });
@@ -324,7 +356,10 @@ impl Lower<'_> {
     /// Facts of a dispatch that streams its bindings once: reads of `Read`/`ReadWrite` ranges,
     /// writes of `Write`/`ReadWrite` ranges.
     fn stream_facts(binds: &[Bind], flops: u64) -> OpInfo {
-        let mut f = OpInfo { flops, ..Default::default() };
+        let mut f = OpInfo {
+            flops,
+            ..Default::default()
+        };
         for b in binds {
             match b.access {
                 Access::Read => f.bytes_read += b.range.bytes,
@@ -338,21 +373,73 @@ impl Lower<'_> {
         f
     }
 
-    fn rmsnorm(&mut self, label: String, region: Region, x: Range, w: Range, y: Range, n: u32, rows: u32) {
+    #[allow(clippy::too_many_arguments)]
+    fn rmsnorm(
+        &mut self,
+        label: String,
+        region: Region,
+        x: Range,
+        w: Range,
+        y: Range,
+        n: u32,
+        rows: u32,
+    ) {
         let binds = vec![read(x), read(w), write(y)];
         let facts = Self::stream_facts(&binds, 4 * rows as u64 * n as u64);
-        let push = RmsNormPush { n, rows, eps: self.s.eps, pad0: 0 }.bytes();
+        let push = RmsNormPush {
+            n,
+            rows,
+            eps: self.s.eps,
+            pad0: 0,
+        }
+        .bytes();
         let wg = self.t.wg;
-        self.dispatch(label, "norm", region, Shader::Rmsnorm, spec(&[wg]), push, Grid::Fixed([rows, 1, 1]), binds, facts);
+        self.dispatch(
+            label,
+            "norm",
+            region,
+            Shader::Rmsnorm,
+            spec(&[wg]),
+            push,
+            Grid::Fixed([rows, 1, 1]),
+            binds,
+            facts,
+        );
     }
 
-    fn matvec(&mut self, label: String, region: Region, w: Range, x: Range, y: Range, rows: u32, cols: u32) {
+    #[allow(clippy::too_many_arguments)]
+    fn matvec(
+        &mut self,
+        label: String,
+        region: Region,
+        w: Range,
+        x: Range,
+        y: Range,
+        rows: u32,
+        cols: u32,
+    ) {
         let binds = vec![read(w), read(x), write(y)];
         let facts = Self::stream_facts(&binds, 2 * self.n as u64 * rows as u64 * cols as u64);
-        let push = MatvecPush { rows, cols, n_tokens: self.n, pad0: 0 }.bytes();
+        let push = MatvecPush {
+            rows,
+            cols,
+            n_tokens: self.n,
+            pad0: 0,
+        }
+        .bytes();
         let (wg, per) = (self.t.wg, self.t.matvec_rows);
         let grid = Grid::Fixed([rows.div_ceil(per), self.n, 1]);
-        self.dispatch(label, "matvec", region, Shader::Matvec, spec(&[wg, per]), push, grid, binds, facts);
+        self.dispatch(
+            label,
+            "matvec",
+            region,
+            Shader::Matvec,
+            spec(&[wg, per]),
+            push,
+            grid,
+            binds,
+            facts,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -378,12 +465,28 @@ impl Lower<'_> {
         if norm.is_none() {
             binds.push(read(norm_w));
         }
-        let push = MatvecFusedPush { rows, cols, eps: self.s.eps, pad0: 0 }.bytes();
+        let push = MatvecFusedPush {
+            rows,
+            cols,
+            eps: self.s.eps,
+            pad0: 0,
+        }
+        .bytes();
         let (wg, per) = (self.t.fused_wg, self.t.fused_rows);
         let grid = Grid::Fixed([rows.div_ceil(per), 1, 1]);
         facts.flops += if epilogue == 2 { 4 * rows as u64 } else { 0 };
         let sp = spec(&[wg, per, norm.is_some() as u32, epilogue]);
-        self.dispatch(label, "matvec", region, Shader::MatvecFused, sp, push, grid, binds, facts);
+        self.dispatch(
+            label,
+            "matvec",
+            region,
+            Shader::MatvecFused,
+            sp,
+            push,
+            grid,
+            binds,
+            facts,
+        );
     }
 
     fn lower_primitive(&mut self, op: Op) {
@@ -391,31 +494,96 @@ impl Lower<'_> {
         let n = self.n;
         let (h, qd, kvd, hd, inter) = (s.hidden, s.q_dim(), s.kv_dim(), s.head_dim, s.intermediate);
         let wqkv_q = |l| r(Buf::Wqkv(l), 0, qd as u64 * h as u64 * F16);
-        let wqkv_k = |l| r(Buf::Wqkv(l), qd as u64 * h as u64 * F16, kvd as u64 * h as u64 * F16);
-        let wqkv_v = |l| r(Buf::Wqkv(l), (qd + kvd) as u64 * h as u64 * F16, kvd as u64 * h as u64 * F16);
+        let wqkv_k = |l| {
+            r(
+                Buf::Wqkv(l),
+                qd as u64 * h as u64 * F16,
+                kvd as u64 * h as u64 * F16,
+            )
+        };
+        let wqkv_v = |l| {
+            r(
+                Buf::Wqkv(l),
+                (qd + kvd) as u64 * h as u64 * F16,
+                kvd as u64 * h as u64 * F16,
+            )
+        };
         match op {
             Op::Embed => self.embed(),
             Op::AttnNorm(l) => {
-                let (x, w, y) = (self.act(Buf::X, h), r(Buf::AttnNorm(l), 0, h as u64 * F32), self.act(Buf::H, h));
+                let (x, w, y) = (
+                    self.act(Buf::X, h),
+                    r(Buf::AttnNorm(l), 0, h as u64 * F32),
+                    self.act(Buf::H, h),
+                );
                 self.rmsnorm(format!("L{l}.attn_norm"), Region::Attn(l), x, w, y, h, n);
             }
             Op::QkvProj(l) => {
-                let (qo, ko) = if s.qk_norm { (Buf::QRaw, Buf::KRaw) } else { (Buf::Q, Buf::K) };
+                let (qo, ko) = if s.qk_norm {
+                    (Buf::QRaw, Buf::KRaw)
+                } else {
+                    (Buf::Q, Buf::K)
+                };
                 let hx = self.act(Buf::H, h);
                 let (q, k, v) = (self.act(qo, qd), self.act(ko, kvd), self.act(Buf::V, kvd));
-                self.matvec(format!("L{l}.q_proj"), Region::Attn(l), wqkv_q(l), hx, q, qd, h);
-                self.matvec(format!("L{l}.k_proj"), Region::Attn(l), wqkv_k(l), hx, k, kvd, h);
-                self.matvec(format!("L{l}.v_proj"), Region::Attn(l), wqkv_v(l), hx, v, kvd, h);
+                self.matvec(
+                    format!("L{l}.q_proj"),
+                    Region::Attn(l),
+                    wqkv_q(l),
+                    hx,
+                    q,
+                    qd,
+                    h,
+                );
+                self.matvec(
+                    format!("L{l}.k_proj"),
+                    Region::Attn(l),
+                    wqkv_k(l),
+                    hx,
+                    k,
+                    kvd,
+                    h,
+                );
+                self.matvec(
+                    format!("L{l}.v_proj"),
+                    Region::Attn(l),
+                    wqkv_v(l),
+                    hx,
+                    v,
+                    kvd,
+                    h,
+                );
             }
             Op::QkNorm(l) => {
                 let (qr, q) = (self.act(Buf::QRaw, qd), self.act(Buf::Q, qd));
                 let (kr, k) = (self.act(Buf::KRaw, kvd), self.act(Buf::K, kvd));
-                let (qw, kw) = (r(Buf::QNorm(l), 0, hd as u64 * F32), r(Buf::KNorm(l), 0, hd as u64 * F32));
-                self.rmsnorm(format!("L{l}.q_norm"), Region::Attn(l), qr, qw, q, hd, n * s.heads);
-                self.rmsnorm(format!("L{l}.k_norm"), Region::Attn(l), kr, kw, k, hd, n * s.kv_heads);
+                let (qw, kw) = (
+                    r(Buf::QNorm(l), 0, hd as u64 * F32),
+                    r(Buf::KNorm(l), 0, hd as u64 * F32),
+                );
+                self.rmsnorm(
+                    format!("L{l}.q_norm"),
+                    Region::Attn(l),
+                    qr,
+                    qw,
+                    q,
+                    hd,
+                    n * s.heads,
+                );
+                self.rmsnorm(
+                    format!("L{l}.k_norm"),
+                    Region::Attn(l),
+                    kr,
+                    kw,
+                    k,
+                    hd,
+                    n * s.kv_heads,
+                );
             }
             Op::Rope(l) => {
-                for (name, buf, heads) in [("q_rope", Buf::Q, s.heads), ("k_rope", Buf::K, s.kv_heads)] {
+                for (name, buf, heads) in
+                    [("q_rope", Buf::Q, s.heads), ("k_rope", Buf::K, s.kv_heads)]
+                {
                     let x = self.act(buf, heads * hd);
                     let table = r(Buf::RopeTable, 0, s.max_seq as u64 * hd as u64 * F32);
                     let binds = vec![read(self.params()), rw(x), read(table)];
@@ -426,15 +594,34 @@ impl Lower<'_> {
                         flops: 3 * rot,
                         ..Default::default()
                     };
-                    let push = RopePush { heads, head_dim: hd, pad0: 0, pad1: 0 }.bytes();
+                    let push = RopePush {
+                        heads,
+                        head_dim: hd,
+                        pad0: 0,
+                        pad1: 0,
+                    }
+                    .bytes();
                     let grid = Grid::Fixed([(heads * hd / 2).div_ceil(self.t.wg), n, 1]);
                     let sp = spec(&[self.t.wg]);
-                    self.dispatch(format!("L{l}.{name}"), "rope", Region::Attn(l), Shader::Rope, sp, push, grid, binds, facts);
+                    self.dispatch(
+                        format!("L{l}.{name}"),
+                        "rope",
+                        Region::Attn(l),
+                        Shader::Rope,
+                        sp,
+                        push,
+                        grid,
+                        binds,
+                        facts,
+                    );
                 }
             }
             Op::KvAppend(l) => {
                 let row = kvd as u64 * F32;
-                for (name, src, dst) in [("k_append", Buf::K, Buf::KCache(l)), ("v_append", Buf::V, Buf::VCache(l))] {
+                for (name, src, dst) in [
+                    ("k_append", Buf::K, Buf::KCache(l)),
+                    ("v_append", Buf::V, Buf::VCache(l)),
+                ] {
                     let bytes = n as u64 * row;
                     let binds = vec![read(r(src, 0, bytes)), write(r(dst, 0, bytes))];
                     let facts = OpInfo {
@@ -458,11 +645,20 @@ impl Lower<'_> {
                 let stride = s.max_seq;
                 let scale = 1.0 / (hd as f32).sqrt();
                 let q = self.act(Buf::Q, qd);
-                let scores = r(Buf::Scores, 0, n as u64 * s.heads as u64 * stride as u64 * F32);
+                let scores = r(
+                    Buf::Scores,
+                    0,
+                    n as u64 * s.heads as u64 * stride as u64 * F32,
+                );
                 let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
                 let wg = self.t.wg;
                 // Scores: per cached position, one dot product per query head.
-                let binds = vec![read(self.params()), read(q), read(cache(Buf::KCache(l))), write(scores)];
+                let binds = vec![
+                    read(self.params()),
+                    read(q),
+                    read(cache(Buf::KCache(l))),
+                    write(scores),
+                ];
                 let facts = OpInfo {
                     bytes_read: q.bytes,
                     bytes_read_per_kv: kvd as u64 * F32,
@@ -479,8 +675,22 @@ impl Lower<'_> {
                     ..Default::default()
                 }
                 .bytes();
-                let grid = Grid::KvScaled { per: wg, y: s.heads, z: n };
-                self.dispatch(format!("L{l}.attn_scores"), "attention", Region::Attn(l), Shader::AttnScores, spec(&[wg]), push, grid, binds, facts);
+                let grid = Grid::KvScaled {
+                    per: wg,
+                    y: s.heads,
+                    z: n,
+                };
+                self.dispatch(
+                    format!("L{l}.attn_scores"),
+                    "attention",
+                    Region::Attn(l),
+                    Shader::AttnScores,
+                    spec(&[wg]),
+                    push,
+                    grid,
+                    binds,
+                    facts,
+                );
                 // Softmax over each row.
                 let binds = vec![read(self.params()), rw(scores)];
                 let per_kv = n as u64 * s.heads as u64 * F32;
@@ -490,48 +700,131 @@ impl Lower<'_> {
                     flops_per_kv: 5 * n as u64 * s.heads as u64,
                     ..Default::default()
                 };
-                let push = SoftmaxPush { heads: s.heads, stride, pad0: 0, pad1: 0 }.bytes();
-                self.dispatch(format!("L{l}.softmax"), "attention", Region::Attn(l), Shader::Softmax, spec(&[wg]), push, Grid::Fixed([s.heads, n, 1]), binds, facts);
+                let push = SoftmaxPush {
+                    heads: s.heads,
+                    stride,
+                    pad0: 0,
+                    pad1: 0,
+                }
+                .bytes();
+                self.dispatch(
+                    format!("L{l}.softmax"),
+                    "attention",
+                    Region::Attn(l),
+                    Shader::Softmax,
+                    spec(&[wg]),
+                    push,
+                    Grid::Fixed([s.heads, n, 1]),
+                    binds,
+                    facts,
+                );
                 // Weighted sum of V.
                 let out = self.act(Buf::Attn, qd);
-                let binds = vec![read(self.params()), read(scores), read(cache(Buf::VCache(l))), write(out)];
+                let binds = vec![
+                    read(self.params()),
+                    read(scores),
+                    read(cache(Buf::VCache(l))),
+                    write(out),
+                ];
                 let facts = OpInfo {
                     bytes_written: out.bytes,
                     bytes_read_per_kv: per_kv + kvd as u64 * F32,
                     flops_per_kv: 2 * n as u64 * qd as u64,
                     ..Default::default()
                 };
-                let push = WsumPush { heads: s.heads, kv_heads: s.kv_heads, head_dim: hd, stride }.bytes();
+                let push = WsumPush {
+                    heads: s.heads,
+                    kv_heads: s.kv_heads,
+                    head_dim: hd,
+                    stride,
+                }
+                .bytes();
                 let grid = Grid::Fixed([hd.div_ceil(wg), s.heads, n]);
-                self.dispatch(format!("L{l}.attn_wsum"), "attention", Region::Attn(l), Shader::AttnWsum, spec(&[wg]), push, grid, binds, facts);
+                self.dispatch(
+                    format!("L{l}.attn_wsum"),
+                    "attention",
+                    Region::Attn(l),
+                    Shader::AttnWsum,
+                    spec(&[wg]),
+                    push,
+                    grid,
+                    binds,
+                    facts,
+                );
             }
             Op::OProj(l) => {
-                let (w, x, y) = (r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16), self.act(Buf::Attn, qd), self.act(Buf::Tmp, h));
+                let (w, x, y) = (
+                    r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16),
+                    self.act(Buf::Attn, qd),
+                    self.act(Buf::Tmp, h),
+                );
                 self.matvec(format!("L{l}.o_proj"), Region::Attn(l), w, x, y, h, qd);
             }
             Op::AttnResidual(l) => self.add(format!("L{l}.attn_residual"), Region::Attn(l)),
             Op::MlpNorm(l) => {
-                let (x, w, y) = (self.act(Buf::X, h), r(Buf::MlpNorm(l), 0, h as u64 * F32), self.act(Buf::H, h));
+                let (x, w, y) = (
+                    self.act(Buf::X, h),
+                    r(Buf::MlpNorm(l), 0, h as u64 * F32),
+                    self.act(Buf::H, h),
+                );
                 self.rmsnorm(format!("L{l}.mlp_norm"), Region::Mlp(l), x, w, y, h, n);
             }
             Op::GateUpProj(l) => {
                 let half = inter as u64 * h as u64 * F16;
                 let hx = self.act(Buf::H, h);
                 let (g, u) = (self.act(Buf::Gate, inter), self.act(Buf::Up, inter));
-                self.matvec(format!("L{l}.gate_proj"), Region::Mlp(l), r(Buf::WGateUp(l), 0, half), hx, g, inter, h);
-                self.matvec(format!("L{l}.up_proj"), Region::Mlp(l), r(Buf::WGateUp(l), half, half), hx, u, inter, h);
+                self.matvec(
+                    format!("L{l}.gate_proj"),
+                    Region::Mlp(l),
+                    r(Buf::WGateUp(l), 0, half),
+                    hx,
+                    g,
+                    inter,
+                    h,
+                );
+                self.matvec(
+                    format!("L{l}.up_proj"),
+                    Region::Mlp(l),
+                    r(Buf::WGateUp(l), half, half),
+                    hx,
+                    u,
+                    inter,
+                    h,
+                );
             }
             Op::SiluMul(l) => {
                 let total = n * inter;
-                let binds = vec![read(self.act(Buf::Gate, inter)), read(self.act(Buf::Up, inter)), write(self.act(Buf::Act, inter))];
+                let binds = vec![
+                    read(self.act(Buf::Gate, inter)),
+                    read(self.act(Buf::Up, inter)),
+                    write(self.act(Buf::Act, inter)),
+                ];
                 let facts = Self::stream_facts(&binds, 5 * total as u64);
-                let push = SiluMulPush { n: total, ..Default::default() }.bytes();
+                let push = SiluMulPush {
+                    n: total,
+                    ..Default::default()
+                }
+                .bytes();
                 let grid = Grid::Fixed([total.div_ceil(self.t.wg), 1, 1]);
                 let sp = spec(&[self.t.wg]);
-                self.dispatch(format!("L{l}.silu_mul"), "elementwise", Region::Mlp(l), Shader::SiluMul, sp, push, grid, binds, facts);
+                self.dispatch(
+                    format!("L{l}.silu_mul"),
+                    "elementwise",
+                    Region::Mlp(l),
+                    Shader::SiluMul,
+                    sp,
+                    push,
+                    grid,
+                    binds,
+                    facts,
+                );
             }
             Op::DownProj(l) => {
-                let (w, x, y) = (r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16), self.act(Buf::Act, inter), self.act(Buf::Tmp, h));
+                let (w, x, y) = (
+                    r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16),
+                    self.act(Buf::Act, inter),
+                    self.act(Buf::Tmp, h),
+                );
                 self.matvec(format!("L{l}.down_proj"), Region::Mlp(l), w, x, y, h, inter);
             }
             Op::MlpResidual(l) => self.add(format!("L{l}.mlp_residual"), Region::Mlp(l)),
@@ -539,10 +832,21 @@ impl Lower<'_> {
                 // Only the last token's row feeds the head.
                 let last = r(Buf::X, (n as u64 - 1) * h as u64 * F32, h as u64 * F32);
                 let y = r(Buf::H, 0, h as u64 * F32);
-                self.rmsnorm("final_norm".into(), Region::Head, last, r(Buf::FinalNorm, 0, h as u64 * F32), y, h, 1);
+                self.rmsnorm(
+                    "final_norm".into(),
+                    Region::Head,
+                    last,
+                    r(Buf::FinalNorm, 0, h as u64 * F32),
+                    y,
+                    h,
+                    1,
+                );
             }
             Op::LmHead => {
-                let (w, x) = (r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16), r(Buf::H, 0, h as u64 * F32));
+                let (w, x) = (
+                    r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16),
+                    r(Buf::H, 0, h as u64 * F32),
+                );
                 let y = r(Buf::Logits, 0, s.vocab as u64 * F32);
                 let saved = self.n;
                 self.n = 1;
@@ -559,21 +863,57 @@ impl Lower<'_> {
         let table = r(Buf::Embed, 0, self.s.vocab as u64 * h as u64 * F16);
         let out = self.act(Buf::X, h);
         let binds = vec![read(ids), read(table), write(out)];
-        let facts = OpInfo { bytes_read: ids.bytes + n as u64 * h as u64 * F16, bytes_written: out.bytes, ..Default::default() };
-        let push = EmbedPush { hidden: h, n_tokens: n, ..Default::default() }.bytes();
+        let facts = OpInfo {
+            bytes_read: ids.bytes + n as u64 * h as u64 * F16,
+            bytes_written: out.bytes,
+            ..Default::default()
+        };
+        let push = EmbedPush {
+            hidden: h,
+            n_tokens: n,
+            ..Default::default()
+        }
+        .bytes();
         let grid = Grid::Fixed([h.div_ceil(self.t.wg), n, 1]);
         let sp = spec(&[self.t.wg]);
-        self.dispatch("embed".into(), "embed", Region::Embed, Shader::Embed, sp, push, grid, binds, facts);
+        self.dispatch(
+            "embed".into(),
+            "embed",
+            Region::Embed,
+            Shader::Embed,
+            sp,
+            push,
+            grid,
+            binds,
+            facts,
+        );
     }
 
     fn add(&mut self, label: String, region: Region) {
         let total = self.n * self.s.hidden;
-        let binds = vec![rw(self.act(Buf::X, self.s.hidden)), read(self.act(Buf::Tmp, self.s.hidden))];
+        let binds = vec![
+            rw(self.act(Buf::X, self.s.hidden)),
+            read(self.act(Buf::Tmp, self.s.hidden)),
+        ];
         let facts = Self::stream_facts(&binds, total as u64);
-        let push = AddPush { n: total, ..Default::default() }.bytes();
+        let push = AddPush {
+            n: total,
+            ..Default::default()
+        }
+        .bytes();
         let grid = Grid::Fixed([total.div_ceil(self.t.wg), 1, 1]);
         let sp = spec(&[self.t.wg]);
-        self.dispatch(label, "elementwise", region, Shader::Add, sp, push, grid, binds, facts);
+        self.dispatch(
+            label,
+            "elementwise",
+            region,
+            Shader::Add,
+            sp,
+            push,
+            grid,
+            binds,
+            facts,
+        );
     }
 
     fn logits_readback(&mut self) {
@@ -625,7 +965,17 @@ impl Lower<'_> {
                     let w = r(Buf::Wqkv(l), 0, s.qkv_rows() as u64 * h as u64 * F16);
                     let y = write(r(Buf::Qkv, 0, s.qkv_rows() as u64 * F32));
                     let norm = r(Buf::AttnNorm(l), 0, h as u64 * F32);
-                    self.matvec_fused(format!("L{l}.qkv_proj"), Region::Attn(l), w, r(Buf::X, 0, h as u64 * F32), y, Some(norm), 0, s.qkv_rows(), h);
+                    self.matvec_fused(
+                        format!("L{l}.qkv_proj"),
+                        Region::Attn(l),
+                        w,
+                        r(Buf::X, 0, h as u64 * F32),
+                        y,
+                        Some(norm),
+                        0,
+                        s.qkv_rows(),
+                        h,
+                    );
                     i += 2;
                 }
                 // q/k norm + RoPE + KV-cache write in one kernel.
@@ -634,13 +984,22 @@ impl Lower<'_> {
                         Op::QkNorm(l) | Op::Rope(l) => l,
                         _ => unreachable!("guarded by matches! above"),
                     };
-                    let consumed = rest.iter().take_while(|o| matches!(o, Op::QkNorm(_) | Op::Rope(_) | Op::KvAppend(_))).count();
+                    let consumed = rest
+                        .iter()
+                        .take_while(|o| matches!(o, Op::QkNorm(_) | Op::Rope(_) | Op::KvAppend(_)))
+                        .count();
                     let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
                     let qkv = r(Buf::Qkv, 0, s.qkv_rows() as u64 * F32);
                     let (qn, kn) = if s.qk_norm {
-                        (r(Buf::QNorm(l), 0, hd as u64 * F32), r(Buf::KNorm(l), 0, hd as u64 * F32))
+                        (
+                            r(Buf::QNorm(l), 0, hd as u64 * F32),
+                            r(Buf::KNorm(l), 0, hd as u64 * F32),
+                        )
                     } else {
-                        (r(Buf::AttnNorm(l), 0, hd as u64 * F32), r(Buf::AttnNorm(l), 0, hd as u64 * F32))
+                        (
+                            r(Buf::AttnNorm(l), 0, hd as u64 * F32),
+                            r(Buf::AttnNorm(l), 0, hd as u64 * F32),
+                        )
                     };
                     let table = r(Buf::RopeTable, 0, s.max_seq as u64 * hd as u64 * F32);
                     let binds = vec![
@@ -659,20 +1018,46 @@ impl Lower<'_> {
                         flops: 8 * (qd + kvd) as u64,
                         ..Default::default()
                     };
-                    let push = QkNormRopeKvPush { heads: s.heads, kv_heads: s.kv_heads, head_dim: hd, eps: s.eps }.bytes();
+                    let push = QkNormRopeKvPush {
+                        heads: s.heads,
+                        kv_heads: s.kv_heads,
+                        head_dim: hd,
+                        eps: s.eps,
+                    }
+                    .bytes();
                     let grid = Grid::Fixed([s.heads + s.kv_heads, 1, 1]);
                     let sp = spec(&[hd.next_power_of_two().clamp(32, 128) / 2, s.qk_norm as u32]);
-                    self.dispatch(format!("L{l}.qk_norm_rope_kv"), "rope", Region::Attn(l), Shader::QkNormRopeKv, sp, push, grid, binds, facts);
+                    self.dispatch(
+                        format!("L{l}.qk_norm_rope_kv"),
+                        "rope",
+                        Region::Attn(l),
+                        Shader::QkNormRopeKv,
+                        sp,
+                        push,
+                        grid,
+                        binds,
+                        facts,
+                    );
                     i += consumed;
                 }
                 // Split-K attention over the cache in place, then the merge.
                 [Op::Attention(l), ..] => {
                     let l = *l;
                     let splits = self.t.n_splits;
-                    let partial = r(Buf::Partial, 0, s.heads as u64 * splits as u64 * (hd as u64 + 2) * F32);
+                    let partial = r(
+                        Buf::Partial,
+                        0,
+                        s.heads as u64 * splits as u64 * (hd as u64 + 2) * F32,
+                    );
                     let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
                     let q = r(Buf::Q, 0, qd as u64 * F32);
-                    let binds = vec![read(self.params()), read(q), read(cache(Buf::KCache(l))), read(cache(Buf::VCache(l))), write(partial)];
+                    let binds = vec![
+                        read(self.params()),
+                        read(q),
+                        read(cache(Buf::KCache(l))),
+                        read(cache(Buf::VCache(l))),
+                        write(partial),
+                    ];
                     let facts = OpInfo {
                         bytes_read: q.bytes,
                         bytes_written: partial.bytes,
@@ -690,13 +1075,39 @@ impl Lower<'_> {
                     }
                     .bytes();
                     let sp = spec(&[self.t.attn_wg]);
-                    self.dispatch(format!("L{l}.attn_split"), "attention", Region::Attn(l), Shader::AttnSplit, sp, push, Grid::Fixed([splits, s.kv_heads, 1]), binds, facts);
+                    self.dispatch(
+                        format!("L{l}.attn_split"),
+                        "attention",
+                        Region::Attn(l),
+                        Shader::AttnSplit,
+                        sp,
+                        push,
+                        Grid::Fixed([splits, s.kv_heads, 1]),
+                        binds,
+                        facts,
+                    );
                     let out = r(Buf::Attn, 0, qd as u64 * F32);
                     let binds = vec![read(partial), write(out)];
                     let facts = Self::stream_facts(&binds, 3 * partial.bytes / F32);
-                    let push = AttnMergePush { heads: s.heads, head_dim: hd, n_splits: splits, pad0: 0 }.bytes();
+                    let push = AttnMergePush {
+                        heads: s.heads,
+                        head_dim: hd,
+                        n_splits: splits,
+                        pad0: 0,
+                    }
+                    .bytes();
                     let sp = spec(&[hd.next_power_of_two().clamp(32, 128)]);
-                    self.dispatch(format!("L{l}.attn_merge"), "attention", Region::Attn(l), Shader::AttnMerge, sp, push, Grid::Fixed([s.heads, 1, 1]), binds, facts);
+                    self.dispatch(
+                        format!("L{l}.attn_merge"),
+                        "attention",
+                        Region::Attn(l),
+                        Shader::AttnMerge,
+                        sp,
+                        push,
+                        Grid::Fixed([s.heads, 1, 1]),
+                        binds,
+                        facts,
+                    );
                     i += 1;
                 }
                 // o-projection with the residual add as its epilogue.
@@ -704,7 +1115,17 @@ impl Lower<'_> {
                     let l = *l;
                     let w = r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16);
                     let x = rw(r(Buf::X, 0, h as u64 * F32));
-                    self.matvec_fused(format!("L{l}.o_proj_residual"), Region::Attn(l), w, r(Buf::Attn, 0, qd as u64 * F32), x, None, 1, h, qd);
+                    self.matvec_fused(
+                        format!("L{l}.o_proj_residual"),
+                        Region::Attn(l),
+                        w,
+                        r(Buf::Attn, 0, qd as u64 * F32),
+                        x,
+                        None,
+                        1,
+                        h,
+                        qd,
+                    );
                     i += 2;
                 }
                 // RMSNorm + gate/up + SiLU*up in one matvec over the stacked weights.
@@ -713,7 +1134,17 @@ impl Lower<'_> {
                     let w = r(Buf::WGateUp(l), 0, 2 * inter as u64 * h as u64 * F16);
                     let y = write(r(Buf::Act, 0, inter as u64 * F32));
                     let norm = r(Buf::MlpNorm(l), 0, h as u64 * F32);
-                    self.matvec_fused(format!("L{l}.gate_up_silu"), Region::Mlp(l), w, r(Buf::X, 0, h as u64 * F32), y, Some(norm), 2, inter, h);
+                    self.matvec_fused(
+                        format!("L{l}.gate_up_silu"),
+                        Region::Mlp(l),
+                        w,
+                        r(Buf::X, 0, h as u64 * F32),
+                        y,
+                        Some(norm),
+                        2,
+                        inter,
+                        h,
+                    );
                     i += 3;
                 }
                 // down-projection with the residual add as its epilogue.
@@ -721,7 +1152,17 @@ impl Lower<'_> {
                     let l = *l;
                     let w = r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16);
                     let x = rw(r(Buf::X, 0, h as u64 * F32));
-                    self.matvec_fused(format!("L{l}.down_proj_residual"), Region::Mlp(l), w, r(Buf::Act, 0, inter as u64 * F32), x, None, 1, h, inter);
+                    self.matvec_fused(
+                        format!("L{l}.down_proj_residual"),
+                        Region::Mlp(l),
+                        w,
+                        r(Buf::Act, 0, inter as u64 * F32),
+                        x,
+                        None,
+                        1,
+                        h,
+                        inter,
+                    );
                     i += 2;
                 }
                 // Final norm folded into the lm_head matvec, then the GPU argmax.
@@ -729,13 +1170,37 @@ impl Lower<'_> {
                     let w = r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16);
                     let logits = r(Buf::Logits, 0, s.vocab as u64 * F32);
                     let norm = r(Buf::FinalNorm, 0, h as u64 * F32);
-                    self.matvec_fused("lm_head".into(), Region::Head, w, r(Buf::X, 0, h as u64 * F32), write(logits), Some(norm), 0, s.vocab, h);
+                    self.matvec_fused(
+                        "lm_head".into(),
+                        Region::Head,
+                        w,
+                        r(Buf::X, 0, h as u64 * F32),
+                        write(logits),
+                        Some(norm),
+                        0,
+                        s.vocab,
+                        h,
+                    );
                     let out = r(Buf::ArgmaxOut, 0, 8);
                     let binds = vec![read(logits), write(out)];
                     let facts = Self::stream_facts(&binds, s.vocab as u64);
-                    let push = ArgmaxPush { n: s.vocab, ..Default::default() }.bytes();
+                    let push = ArgmaxPush {
+                        n: s.vocab,
+                        ..Default::default()
+                    }
+                    .bytes();
                     let sp = spec(&[256]);
-                    self.dispatch("argmax".into(), "argmax", Region::Head, Shader::Argmax, sp, push, Grid::Fixed([1, 1, 1]), binds, facts);
+                    self.dispatch(
+                        "argmax".into(),
+                        "argmax",
+                        Region::Head,
+                        Shader::Argmax,
+                        sp,
+                        push,
+                        Grid::Fixed([1, 1, 1]),
+                        binds,
+                        facts,
+                    );
                     self.host_read(r(Buf::ArgmaxOut, 0, 4));
                     if logits_readback {
                         self.logits_readback();
@@ -754,9 +1219,20 @@ impl Lower<'_> {
 
 /// Lowers one forward step over `n_tokens` tokens. Fused kernels serve single-token decode;
 /// a multi-token step (the prompt) always uses the batched primitive kernels.
-pub fn lower(s: &Shape, t: &Tuning, kernels: Kernels, n_tokens: u32, logits_readback: bool) -> Vec<Step> {
+pub fn lower(
+    s: &Shape,
+    t: &Tuning,
+    kernels: Kernels,
+    n_tokens: u32,
+    logits_readback: bool,
+) -> Vec<Step> {
     let ops = describe(s);
-    let mut lw = Lower { s, t, n: n_tokens.max(1), steps: Vec::new() };
+    let mut lw = Lower {
+        s,
+        t,
+        n: n_tokens.max(1),
+        steps: Vec::new(),
+    };
     if kernels == Kernels::Fused && n_tokens == 1 {
         lw.lower_fused(&ops, logits_readback);
     } else {
@@ -791,8 +1267,14 @@ mod tests {
         let s = tiny();
         let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
         let steps = lower(&s, &t, Kernels::Primitive, 1, false);
-        let dispatches = steps.iter().filter(|s| matches!(s.action, Action::Dispatch { .. })).count();
-        let copies = steps.iter().filter(|s| matches!(s.action, Action::Copy { .. })).count();
+        let dispatches = steps
+            .iter()
+            .filter(|s| matches!(s.action, Action::Dispatch { .. }))
+            .count();
+        let copies = steps
+            .iter()
+            .filter(|s| matches!(s.action, Action::Copy { .. }))
+            .count();
         // embed + per layer (norm, q, k, v, q_norm, k_norm, 2 rope, scores, softmax, wsum, o,
         // add, norm, gate, up, silu, down, add) + final norm + lm_head
         assert_eq!(dispatches, 1 + 4 * 19 + 2);
@@ -804,10 +1286,21 @@ mod tests {
         let s = tiny();
         let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
         let steps = lower(&s, &t, Kernels::Fused, 1, false);
-        let dispatches = steps.iter().filter(|s| matches!(s.action, Action::Dispatch { .. })).count();
+        let dispatches = steps
+            .iter()
+            .filter(|s| matches!(s.action, Action::Dispatch { .. }))
+            .count();
         assert_eq!(dispatches, 1 + 4 * 7 + 2);
-        assert!(steps.iter().all(|s| !matches!(s.action, Action::Copy { .. })));
-        let labels: std::collections::HashSet<_> = steps.iter().filter(|s| s.kind != "copy").map(|s| &s.label).collect();
+        assert!(
+            steps
+                .iter()
+                .all(|s| !matches!(s.action, Action::Copy { .. }))
+        );
+        let labels: std::collections::HashSet<_> = steps
+            .iter()
+            .filter(|s| s.kind != "copy")
+            .map(|s| &s.label)
+            .collect();
         assert_eq!(labels.len(), 1 + 4 * 7 + 2, "labels are unique");
     }
 

@@ -13,7 +13,10 @@ pub struct SpanLog {
 
 impl SpanLog {
     pub fn new(epoch_ns: u64) -> Self {
-        SpanLog { epoch_ns, spans: Vec::new() }
+        SpanLog {
+            epoch_ns,
+            spans: Vec::new(),
+        }
     }
 
     /// Opens a span; returns its index for [`SpanLog::close`].

@@ -31,13 +31,25 @@ pub struct BufferDesc {
 
 impl BufferDesc {
     pub fn device(bytes: u64) -> Self {
-        BufferDesc { bytes, memory: Memory::Device, indirect: false }
+        BufferDesc {
+            bytes,
+            memory: Memory::Device,
+            indirect: false,
+        }
     }
     pub fn upload(bytes: u64) -> Self {
-        BufferDesc { bytes, memory: Memory::Upload, indirect: false }
+        BufferDesc {
+            bytes,
+            memory: Memory::Upload,
+            indirect: false,
+        }
     }
     pub fn readback(bytes: u64) -> Self {
-        BufferDesc { bytes, memory: Memory::Readback, indirect: false }
+        BufferDesc {
+            bytes,
+            memory: Memory::Readback,
+            indirect: false,
+        }
     }
 }
 
@@ -52,7 +64,10 @@ pub struct Buffer {
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Buffer").field("name", &self.name).field("desc", &self.desc).finish()
+        f.debug_struct("Buffer")
+            .field("name", &self.name)
+            .field("desc", &self.desc)
+            .finish()
     }
 }
 
@@ -68,7 +83,10 @@ impl Buffer {
     }
 
     fn check(&self, offset: u64, len: u64) -> VkResult<()> {
-        if offset.checked_add(len).is_none_or(|end| end > self.desc.bytes) {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.desc.bytes)
+        {
             return Err(VkError::OutOfRange {
                 name: self.name.clone(),
                 offset,
@@ -99,7 +117,9 @@ impl Buffer {
             .allocation
             .as_ref()
             .and_then(|a| a.mapped_slice())
-            .ok_or(VkError::NotMapped { name: self.name.clone() })?;
+            .ok_or(VkError::NotMapped {
+                name: self.name.clone(),
+            })?;
         out.copy_from_slice(&slice[offset as usize..offset as usize + out.len()]);
         Ok(())
     }
@@ -142,12 +162,14 @@ impl Gpu {
             .collect();
         let mut info = vk::BufferCreateInfo::default().size(bytes).usage(usage);
         info = if families.len() > 1 {
-            info.sharing_mode(vk::SharingMode::CONCURRENT).queue_family_indices(&families)
+            info.sharing_mode(vk::SharingMode::CONCURRENT)
+                .queue_family_indices(&families)
         } else {
             info.sharing_mode(vk::SharingMode::EXCLUSIVE)
         };
         // SAFETY: valid create-info; the buffer is destroyed in Drop or below on failure.
-        let handle = unsafe { s.device.create_buffer(&info, None) }.map_err(call("vkCreateBuffer"))?;
+        let handle =
+            unsafe { s.device.create_buffer(&info, None) }.map_err(call("vkCreateBuffer"))?;
         // SAFETY: `handle` was just created on this device.
         let requirements = unsafe { s.device.get_buffer_memory_requirements(handle) };
         let location = match desc.memory {
@@ -155,9 +177,16 @@ impl Gpu {
             Memory::Upload => MemoryLocation::CpuToGpu,
             Memory::Readback => MemoryLocation::GpuToCpu,
         };
-        let alloc_err = |message: String| VkError::Alloc { name: name.to_string(), bytes, message };
+        let alloc_err = |message: String| VkError::Alloc {
+            name: name.to_string(),
+            bytes,
+            message,
+        };
         let allocation = {
-            let mut guard = s.allocator.lock().map_err(|_| alloc_err("allocator lock poisoned".into()))?;
+            let mut guard = s
+                .allocator
+                .lock()
+                .map_err(|_| alloc_err("allocator lock poisoned".into()))?;
             let Some(alloc) = guard.as_mut() else {
                 return Err(alloc_err("the device is being destroyed".into()));
             };
@@ -178,7 +207,10 @@ impl Gpu {
             }
         };
         // SAFETY: memory and offset come from an allocation that satisfies `requirements`.
-        if let Err(e) = unsafe { s.device.bind_buffer_memory(handle, allocation.memory(), allocation.offset()) } {
+        if let Err(e) = unsafe {
+            s.device
+                .bind_buffer_memory(handle, allocation.memory(), allocation.offset())
+        } {
             if let Ok(mut g) = s.allocator.lock()
                 && let Some(a) = g.as_mut()
             {

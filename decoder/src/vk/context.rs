@@ -79,7 +79,8 @@ impl Drop for Shared {
         // gone; the device is idle after the wait, and each handle is destroyed once.
         unsafe {
             let _ = self.device.device_wait_idle();
-            self.device.destroy_pipeline_cache(self.pipeline_cache, None);
+            self.device
+                .destroy_pipeline_cache(self.pipeline_cache, None);
             if let Ok(mut a) = self.allocator.lock() {
                 a.take();
             }
@@ -100,7 +101,9 @@ pub struct Gpu {
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu").field("device", &self.shared.info.name).finish()
+        f.debug_struct("Gpu")
+            .field("device", &self.shared.info.name)
+            .finish()
     }
 }
 
@@ -174,7 +177,11 @@ fn create_instance(validation: bool) -> VkResult<InstanceBundle> {
             .application_version(vk::make_api_version(0, 0, 1, 0))
             .engine_name(&app_name)
             .api_version(vk::API_VERSION_1_2);
-        let layer_ptrs = if validation { vec![VALIDATION_LAYER.as_ptr()] } else { vec![] };
+        let layer_ptrs = if validation {
+            vec![VALIDATION_LAYER.as_ptr()]
+        } else {
+            vec![]
+        };
         let mut ext_ptrs = vec![];
         if has_debug_utils {
             ext_ptrs.push(ash::ext::debug_utils::NAME.as_ptr());
@@ -182,7 +189,8 @@ fn create_instance(validation: bool) -> VkResult<InstanceBundle> {
         let log = Arc::new(ValidationLog::default());
         let mut messenger_info = vk::DebugUtilsMessengerCreateInfoEXT::default()
             .message_severity(
-                vk::DebugUtilsMessageSeverityFlagsEXT::WARNING | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+                vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
+                    | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
             )
             .message_type(
                 vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
@@ -199,7 +207,9 @@ fn create_instance(validation: bool) -> VkResult<InstanceBundle> {
             // Also catches messages from vkCreateInstance / vkDestroyInstance themselves.
             create = create.push_next(&mut messenger_info);
         }
-        let instance = entry.create_instance(&create, None).map_err(call("vkCreateInstance"))?;
+        let instance = entry
+            .create_instance(&create, None)
+            .map_err(call("vkCreateInstance"))?;
         let (debug_instance, messenger) = if has_debug_utils {
             let d = ash::ext::debug_utils::Instance::new(&entry, &instance);
             let m = if validation {
@@ -217,7 +227,13 @@ fn create_instance(validation: bool) -> VkResult<InstanceBundle> {
         } else {
             (None, vk::DebugUtilsMessengerEXT::null())
         };
-        Ok(InstanceBundle { entry, instance, debug_instance, messenger, validation: log })
+        Ok(InstanceBundle {
+            entry,
+            instance,
+            debug_instance,
+            messenger,
+            validation: log,
+        })
     }
 }
 
@@ -246,7 +262,9 @@ impl InstanceBundle {
 /// Lists every Vulkan device with the properties `decoder devices` shows.
 pub fn list_devices() -> VkResult<Vec<DeviceInfo>> {
     let bundle = create_instance(false)?;
-    let result = bundle.probes().map(|v| v.into_iter().map(|(_, p)| p.info).collect());
+    let result = bundle
+        .probes()
+        .map(|v| v.into_iter().map(|(_, p)| p.info).collect());
     bundle.destroy();
     result
 }
@@ -257,7 +275,11 @@ fn choose(probes: &[(vk::PhysicalDevice, Probe)], selector: Option<&str>) -> VkR
     }
     if let Some(sel) = selector {
         if let Ok(i) = sel.parse::<usize>() {
-            return if i < probes.len() { Ok(i) } else { Err(VkError::DeviceNotFound(sel.to_string())) };
+            return if i < probes.len() {
+                Ok(i)
+            } else {
+                Err(VkError::DeviceNotFound(sel.to_string()))
+            };
         }
         let s = sel.to_lowercase();
         return probes
@@ -293,12 +315,17 @@ impl Gpu {
         let (pd, p) = &probes[idx];
         let info = p.info.clone();
         if parse_api(&info.api_version) < vk::API_VERSION_1_2 {
-            return Err(VkError::MissingFeature { device: info.name, feature: "Vulkan 1.2".into() });
+            return Err(VkError::MissingFeature {
+                device: info.name,
+                feature: "Vulkan 1.2".into(),
+            });
         }
         if !info.storage_buffer_16bit {
             return Err(VkError::MissingFeature {
                 device: info.name,
-                feature: "16-bit storage buffers (storageBuffer16BitAccess), needed for f16 weights".into(),
+                feature:
+                    "16-bit storage buffers (storageBuffer16BitAccess), needed for f16 weights"
+                        .into(),
             });
         }
         let has = |n: &CStr| p.extensions.iter().any(|e| e.as_bytes() == n.to_bytes());
@@ -312,13 +339,20 @@ impl Gpu {
             ext_ptrs.push(ash::ext::calibrated_timestamps::NAME.as_ptr());
         }
         let prio = [1.0f32];
-        let mut queue_infos = vec![vk::DeviceQueueCreateInfo::default()
-            .queue_family_index(p.compute_family)
-            .queue_priorities(&prio)];
+        let mut queue_infos = vec![
+            vk::DeviceQueueCreateInfo::default()
+                .queue_family_index(p.compute_family)
+                .queue_priorities(&prio),
+        ];
         if let Some(t) = p.transfer_family {
-            queue_infos.push(vk::DeviceQueueCreateInfo::default().queue_family_index(t).queue_priorities(&prio));
+            queue_infos.push(
+                vk::DeviceQueueCreateInfo::default()
+                    .queue_family_index(t)
+                    .queue_priorities(&prio),
+            );
         }
-        let mut f11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
+        let mut f11 =
+            vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
             .shader_float16(info.shader_float16)
             .host_query_reset(info.host_query_reset);
@@ -328,7 +362,8 @@ impl Gpu {
             .push_next(&mut f11)
             .push_next(&mut f12);
         // SAFETY: `pd` belongs to the live instance; the create-info and its chain are locals.
-        let device = unsafe { bundle.instance.create_device(*pd, &create, None) }.map_err(call("vkCreateDevice"))?;
+        let device = unsafe { bundle.instance.create_device(*pd, &create, None) }
+            .map_err(call("vkCreateDevice"))?;
         // SAFETY: queue families and indices were requested above.
         let compute_queue = unsafe { device.get_device_queue(p.compute_family, 0) };
         let transfer = p
@@ -351,8 +386,9 @@ impl Gpu {
             }
         };
         // SAFETY: a valid device and an empty cache create-info.
-        let pipeline_cache = match unsafe { device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
-        {
+        let pipeline_cache = match unsafe {
+            device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
+        } {
             Ok(c) => c,
             Err(e) => {
                 drop(allocator);
@@ -369,9 +405,13 @@ impl Gpu {
             .push_descriptors
             .then(|| ash::khr::push_descriptor::Device::new(&bundle.instance, &device));
         let calibrator = if p.calibrated_khr {
-            Some(Calibrator::Khr(ash::khr::calibrated_timestamps::Device::new(&bundle.instance, &device)))
+            Some(Calibrator::Khr(
+                ash::khr::calibrated_timestamps::Device::new(&bundle.instance, &device),
+            ))
         } else if p.calibrated_ext {
-            Some(Calibrator::Ext(ash::ext::calibrated_timestamps::Device::new(&bundle.instance, &device)))
+            Some(Calibrator::Ext(
+                ash::ext::calibrated_timestamps::Device::new(&bundle.instance, &device),
+            ))
         } else {
             None
         };
@@ -401,10 +441,13 @@ impl Gpu {
 
     /// Takes one calibrated (GPU, host) timestamp pair, or `None` where the device cannot.
     pub fn calibrate(&self) -> VkResult<Option<Calibration>> {
-        let Some(c) = &self.shared.calibrator else { return Ok(None) };
+        let Some(c) = &self.shared.calibrator else {
+            return Ok(None);
+        };
         let infos = [
             vk::CalibratedTimestampInfoKHR::default().time_domain(vk::TimeDomainKHR::DEVICE),
-            vk::CalibratedTimestampInfoKHR::default().time_domain(vk::TimeDomainKHR::CLOCK_MONOTONIC),
+            vk::CalibratedTimestampInfoKHR::default()
+                .time_domain(vk::TimeDomainKHR::CLOCK_MONOTONIC),
         ];
         // SAFETY: the extension was enabled on this device and both domains are supported.
         let (ts, dev) = unsafe {
@@ -414,7 +457,11 @@ impl Gpu {
             }
         }
         .map_err(call("vkGetCalibratedTimestampsKHR"))?;
-        Ok(Some(Calibration { gpu_ticks: ts[0], host_ns: ts[1], max_deviation_ns: dev }))
+        Ok(Some(Calibration {
+            gpu_ticks: ts[0],
+            host_ns: ts[1],
+            max_deviation_ns: dev,
+        }))
     }
 
     /// Waits until the device has finished all work.
@@ -427,7 +474,9 @@ impl Gpu {
     pub(crate) fn set_name<H: vk::Handle>(&self, handle: H, name: &str) {
         if let Some(d) = &self.shared.debug_device {
             let Ok(n) = CString::new(name) else { return };
-            let info = vk::DebugUtilsObjectNameInfoEXT::default().object_handle(handle).object_name(&n);
+            let info = vk::DebugUtilsObjectNameInfoEXT::default()
+                .object_handle(handle)
+                .object_name(&n);
             // SAFETY: the handle belongs to this device; the name outlives the call.
             let _ = unsafe { d.set_debug_utils_object_name(&info) };
         }
@@ -436,7 +485,12 @@ impl Gpu {
 
 fn parse_api(s: &str) -> u32 {
     let mut it = s.split('.').map(|x| x.parse::<u32>().unwrap_or(0));
-    vk::make_api_version(0, it.next().unwrap_or(0), it.next().unwrap_or(0), it.next().unwrap_or(0))
+    vk::make_api_version(
+        0,
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+    )
 }
 
 struct DeviceParts {

@@ -11,11 +11,17 @@ pub enum VkError {
         "the Khronos validation layer (VK_LAYER_KHRONOS_validation) was asked for but is not installed; install it with scripts/setup.sh (Debian package vulkan-validationlayers)"
     )]
     NoValidationLayer,
-    #[error("no Vulkan device was found; install lavapipe with scripts/setup.sh (Debian package mesa-vulkan-drivers)")]
+    #[error(
+        "no Vulkan device was found; install lavapipe with scripts/setup.sh (Debian package mesa-vulkan-drivers)"
+    )]
     NoDevice,
-    #[error("no Vulkan device matches --device {0:?}; `decoder devices` lists the devices with their index and name")]
+    #[error(
+        "no Vulkan device matches --device {0:?}; `decoder devices` lists the devices with their index and name"
+    )]
     DeviceNotFound(String),
-    #[error("device {device:?} lacks {feature}, which decodescope needs; pick another with --device")]
+    #[error(
+        "device {device:?} lacks {feature}, which decodescope needs; pick another with --device"
+    )]
     MissingFeature { device: String, feature: String },
     #[error("{call} failed: {result}")]
     Call { call: &'static str, result: String },
@@ -24,15 +30,31 @@ pub enum VkError {
     )]
     DeviceLost { last_label: String },
     #[error("allocating {bytes} bytes for buffer {name:?}: {message}")]
-    Alloc { name: String, bytes: u64, message: String },
-    #[error("buffer {name:?} of {bytes} bytes exceeds this device's maxStorageBufferRange of {max} bytes")]
+    Alloc {
+        name: String,
+        bytes: u64,
+        message: String,
+    },
+    #[error(
+        "buffer {name:?} of {bytes} bytes exceeds this device's maxStorageBufferRange of {max} bytes"
+    )]
     BufferTooLarge { name: String, bytes: u64, max: u64 },
-    #[error("buffer {name:?} is not host-visible; only upload, readback and params buffers can be mapped")]
+    #[error(
+        "buffer {name:?} is not host-visible; only upload, readback and params buffers can be mapped"
+    )]
     NotMapped { name: String },
     #[error("access to bytes {offset}..{end} of buffer {name:?}, which holds {size} bytes")]
-    OutOfRange { name: String, offset: u64, end: u64, size: u64 },
+    OutOfRange {
+        name: String,
+        offset: u64,
+        end: u64,
+        size: u64,
+    },
     #[error("shader {shader}: {message}")]
-    Shader { shader: &'static str, message: String },
+    Shader {
+        shader: &'static str,
+        message: String,
+    },
     #[error("{0}")]
     Unsupported(String),
 }
@@ -40,5 +62,8 @@ pub enum VkError {
 pub type VkResult<T> = Result<T, VkError>;
 
 pub(crate) fn call(call: &'static str) -> impl Fn(ash::vk::Result) -> VkError {
-    move |r| VkError::Call { call, result: format!("{r:?}") }
+    move |r| VkError::Call {
+        call,
+        result: format!("{r:?}"),
+    }
 }

@@ -59,12 +59,21 @@ pub(crate) struct Probe {
 }
 
 fn cstr(bytes: &[std::ffi::c_char]) -> String {
-    let b: Vec<u8> = bytes.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    let b: Vec<u8> = bytes
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
     String::from_utf8_lossy(&b).into_owned()
 }
 
 fn version(v: u32) -> String {
-    format!("{}.{}.{}", vk::api_version_major(v), vk::api_version_minor(v), vk::api_version_patch(v))
+    format!(
+        "{}.{}.{}",
+        vk::api_version_major(v),
+        vk::api_version_minor(v),
+        vk::api_version_patch(v)
+    )
 }
 
 pub(crate) fn probe(
@@ -87,7 +96,9 @@ pub(crate) fn probe(
         let mut push = vk::PhysicalDevicePushDescriptorPropertiesKHR::default();
         let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
         let mut amd = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
-        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut p11).push_next(&mut p12);
+        let mut props2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut p11)
+            .push_next(&mut p12);
         if has("VK_KHR_push_descriptor") {
             props2 = props2.push_next(&mut push);
         }
@@ -102,7 +113,9 @@ pub(crate) fn probe(
 
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
-        let mut feats2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11).push_next(&mut f12);
+        let mut feats2 = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut f11)
+            .push_next(&mut f12);
         instance.get_physical_device_features2(pd, &mut feats2);
 
         let families = instance.get_physical_device_queue_family_properties(pd);
@@ -114,10 +127,14 @@ pub(crate) fn probe(
             .iter()
             .position(|f| {
                 f.queue_flags.contains(vk::QueueFlags::TRANSFER)
-                    && !f.queue_flags.intersects(vk::QueueFlags::COMPUTE | vk::QueueFlags::GRAPHICS)
+                    && !f
+                        .queue_flags
+                        .intersects(vk::QueueFlags::COMPUTE | vk::QueueFlags::GRAPHICS)
             })
             .map(|i| i as u32);
-        let valid_bits = families.get(compute_family as usize).map_or(0, |f| f.timestamp_valid_bits);
+        let valid_bits = families
+            .get(compute_family as usize)
+            .map_or(0, |f| f.timestamp_valid_bits);
 
         let calibrated_khr = has("VK_KHR_calibrated_timestamps")
             && monotonic_domain(
@@ -151,13 +168,17 @@ pub(crate) fn probe(
         let compute_units = if sm.shader_sm_count > 0 {
             sm.shader_sm_count
         } else if amd.compute_units_per_shader_array > 0 {
-            amd.shader_engine_count * amd.shader_arrays_per_engine_count * amd.compute_units_per_shader_array
+            amd.shader_engine_count
+                * amd.shader_arrays_per_engine_count
+                * amd.compute_units_per_shader_array
         } else if device_type == "cpu" {
             std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
         } else {
             16
         };
-        let subgroup_arithmetic = p11.subgroup_supported_stages.contains(vk::ShaderStageFlags::COMPUTE)
+        let subgroup_arithmetic = p11
+            .subgroup_supported_stages
+            .contains(vk::ShaderStageFlags::COMPUTE)
             && p11
                 .subgroup_supported_operations
                 .contains(vk::SubgroupFeatureFlags::ARITHMETIC | vk::SubgroupFeatureFlags::BASIC);
@@ -196,10 +217,18 @@ pub(crate) fn probe(
             device_local_bytes,
             separate_transfer_queue: transfer_family.is_some(),
         };
-        Ok(Probe { info, compute_family, transfer_family, extensions, calibrated_khr, calibrated_ext })
+        Ok(Probe {
+            info,
+            compute_family,
+            transfer_family,
+            extensions,
+            calibrated_khr,
+            calibrated_ext,
+        })
     }
 }
 
 fn monotonic_domain(domains: Vec<vk::TimeDomainKHR>) -> bool {
-    domains.contains(&vk::TimeDomainKHR::DEVICE) && domains.contains(&vk::TimeDomainKHR::CLOCK_MONOTONIC)
+    domains.contains(&vk::TimeDomainKHR::DEVICE)
+        && domains.contains(&vk::TimeDomainKHR::CLOCK_MONOTONIC)
 }

@@ -26,4 +26,4 @@ pub use context::{Calibration, Gpu, GpuOptions, ValidationLog, list_devices};
 pub use error::{VkError, VkResult};
 pub use info::DeviceInfo;
 pub use pipeline::{Pipeline, PipelineDesc, SPEC_CONSTANTS};
-pub use recorder::{BufRange, Cmd, DescSet, FenceId, Queue, QueryPool, Recorder, SetLifetime};
+pub use recorder::{BufRange, Cmd, DescSet, FenceId, QueryPool, Queue, Recorder, SetLifetime};

@@ -36,7 +36,9 @@ pub struct Pipeline {
 
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pipeline").field("desc", &self.desc).finish()
+        f.debug_struct("Pipeline")
+            .field("desc", &self.desc)
+            .finish()
     }
 }
 
@@ -51,8 +53,12 @@ impl Drop for Pipeline {
         // SAFETY: created on this device; callers drop pipelines only after their work finished.
         unsafe {
             self.shared.device.destroy_pipeline(self.pipeline, None);
-            self.shared.device.destroy_pipeline_layout(self.layout, None);
-            self.shared.device.destroy_descriptor_set_layout(self.set_layout, None);
+            self.shared
+                .device
+                .destroy_pipeline_layout(self.layout, None);
+            self.shared
+                .device
+                .destroy_descriptor_set_layout(self.set_layout, None);
         }
     }
 }
@@ -81,14 +87,25 @@ impl Gpu {
         } else {
             vk::DescriptorSetLayoutCreateFlags::empty()
         };
-        let words = ash::util::read_spv(&mut std::io::Cursor::new(desc.shader.spirv())).map_err(|e| {
-            VkError::Shader { shader: desc.shader.name(), message: format!("invalid SPIR-V: {e}") }
-        })?;
+        let words =
+            ash::util::read_spv(&mut std::io::Cursor::new(desc.shader.spirv())).map_err(|e| {
+                VkError::Shader {
+                    shader: desc.shader.name(),
+                    message: format!("invalid SPIR-V: {e}"),
+                }
+            })?;
         let entries: Vec<vk::SpecializationMapEntry> = (0..SPEC_CONSTANTS as u32)
-            .map(|i| vk::SpecializationMapEntry::default().constant_id(i).offset(i * 4).size(4))
+            .map(|i| {
+                vk::SpecializationMapEntry::default()
+                    .constant_id(i)
+                    .offset(i * 4)
+                    .size(4)
+            })
             .collect();
         let spec_bytes: &[u8] = bytemuck::cast_slice(&desc.spec);
-        let spec = vk::SpecializationInfo::default().map_entries(&entries).data(spec_bytes);
+        let spec = vk::SpecializationInfo::default()
+            .map_entries(&entries)
+            .data(spec_bytes);
         let entry_name = c"main";
         // SAFETY: every create-info is a valid local; each object is destroyed on the error paths
         // below or in Drop, in reverse order of creation.
@@ -96,7 +113,9 @@ impl Gpu {
             let set_layout = s
                 .device
                 .create_descriptor_set_layout(
-                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings).flags(flags),
+                    &vk::DescriptorSetLayoutCreateInfo::default()
+                        .bindings(&bindings)
+                        .flags(flags),
                     None,
                 )
                 .map_err(call("vkCreateDescriptorSetLayout"))?;
@@ -132,8 +151,12 @@ impl Gpu {
                 .module(module)
                 .name(entry_name)
                 .specialization_info(&spec);
-            let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout);
-            let result = s.device.create_compute_pipelines(s.pipeline_cache, &[info], None);
+            let info = vk::ComputePipelineCreateInfo::default()
+                .stage(stage)
+                .layout(layout);
+            let result = s
+                .device
+                .create_compute_pipelines(s.pipeline_cache, &[info], None);
             s.device.destroy_shader_module(module, None);
             let pipeline = match result {
                 Ok(p) => p[0],
@@ -144,7 +167,13 @@ impl Gpu {
                 }
             };
             self.set_name(pipeline, desc.shader.name());
-            Ok(Pipeline { shared: s.clone(), pipeline, layout, set_layout, desc })
+            Ok(Pipeline {
+                shared: s.clone(),
+                pipeline,
+                layout,
+                set_layout,
+                desc,
+            })
         }
     }
 }

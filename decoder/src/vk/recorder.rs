@@ -57,7 +57,11 @@ pub struct BufRange<'a> {
 
 impl<'a> BufRange<'a> {
     pub fn whole(buffer: &'a Buffer) -> Self {
-        BufRange { buffer, offset: 0, bytes: buffer.bytes() }
+        BufRange {
+            buffer,
+            offset: 0,
+            bytes: buffer.bytes(),
+        }
     }
 }
 
@@ -70,7 +74,9 @@ pub struct QueryPool {
 
 impl std::fmt::Debug for QueryPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueryPool").field("count", &self.count).finish()
+        f.debug_struct("QueryPool")
+            .field("count", &self.count)
+            .finish()
     }
 }
 
@@ -118,7 +124,9 @@ pub struct Recorder {
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recorder").field("counters", &self.counters).finish()
+        f.debug_struct("Recorder")
+            .field("counters", &self.counters)
+            .finish()
     }
 }
 
@@ -132,7 +140,12 @@ impl Drop for Recorder {
             for f in self.fences.drain(..) {
                 d.destroy_fence(f, None);
             }
-            for p in self.persistent.pools.drain(..).chain(self.transient.pools.drain(..)) {
+            for p in self
+                .persistent
+                .pools
+                .drain(..)
+                .chain(self.transient.pools.drain(..))
+            {
                 d.destroy_descriptor_pool(p, None);
             }
             if let Some(p) = self.transfer_pool.take() {
@@ -158,8 +171,14 @@ impl Recorder {
             gpu: gpu.clone(),
             compute_pool,
             transfer_pool: None,
-            transient: DescriptorPools { pools: vec![], current: 0 },
-            persistent: DescriptorPools { pools: vec![], current: 0 },
+            transient: DescriptorPools {
+                pools: vec![],
+                current: 0,
+            },
+            persistent: DescriptorPools {
+                pools: vec![],
+                current: 0,
+            },
             fences: vec![],
             staging: None,
             upload_cmd: None,
@@ -173,7 +192,8 @@ impl Recorder {
         if let Some((family, _)) = s.transfer {
             // SAFETY: as above.
             rec.transfer_pool = Some(
-                unsafe { s.device.create_command_pool(&info(family), None) }.map_err(call("vkCreateCommandPool"))?,
+                unsafe { s.device.create_command_pool(&info(family), None) }
+                    .map_err(call("vkCreateCommandPool"))?,
             );
         }
         Ok(rec)
@@ -215,8 +235,12 @@ impl Recorder {
             .level(vk::CommandBufferLevel::PRIMARY)
             .command_buffer_count(1);
         // SAFETY: the pool belongs to this device; buffers are freed with the pool.
-        let v = unsafe { self.dev().allocate_command_buffers(&info) }.map_err(call("vkAllocateCommandBuffers"))?;
-        Ok(Cmd { handle: v[0], queue })
+        let v = unsafe { self.dev().allocate_command_buffers(&info) }
+            .map_err(call("vkAllocateCommandBuffers"))?;
+        Ok(Cmd {
+            handle: v[0],
+            queue,
+        })
     }
 
     /// Begins (and implicitly resets) `cmd`. The caller guarantees the GPU finished its last use.
@@ -224,8 +248,11 @@ impl Recorder {
         self.counters.command_buffers_begun += 1;
         self.recorded.insert(cmd.handle, Counters::default());
         // SAFETY: `cmd` came from this recorder's pools, which allow individual resets.
-        unsafe { self.dev().begin_command_buffer(cmd.handle, &vk::CommandBufferBeginInfo::default()) }
-            .map_err(call("vkBeginCommandBuffer"))
+        unsafe {
+            self.dev()
+                .begin_command_buffer(cmd.handle, &vk::CommandBufferBeginInfo::default())
+        }
+        .map_err(call("vkBeginCommandBuffer"))
     }
 
     fn cmd_counts(&mut self, cmd: Cmd) -> &mut Counters {
@@ -240,17 +267,23 @@ impl Recorder {
     pub fn bind_pipeline(&mut self, cmd: Cmd, p: &Pipeline) {
         self.cmd_counts(cmd).pipeline_binds += 1;
         // SAFETY: recording command buffer and a live compute pipeline.
-        unsafe { self.dev().cmd_bind_pipeline(cmd.handle, vk::PipelineBindPoint::COMPUTE, p.pipeline) }
+        unsafe {
+            self.dev()
+                .cmd_bind_pipeline(cmd.handle, vk::PipelineBindPoint::COMPUTE, p.pipeline)
+        }
     }
 
     fn grow(&self, persistent: bool) -> VkResult<vk::DescriptorPool> {
         let sizes = [vk::DescriptorPoolSize::default()
             .ty(vk::DescriptorType::STORAGE_BUFFER)
             .descriptor_count(SETS_PER_POOL * BINDINGS_PER_SET)];
-        let info = vk::DescriptorPoolCreateInfo::default().max_sets(SETS_PER_POOL).pool_sizes(&sizes);
+        let info = vk::DescriptorPoolCreateInfo::default()
+            .max_sets(SETS_PER_POOL)
+            .pool_sizes(&sizes);
         let _ = persistent;
         // SAFETY: valid create-info; destroyed in Drop.
-        unsafe { self.dev().create_descriptor_pool(&info, None) }.map_err(call("vkCreateDescriptorPool"))
+        unsafe { self.dev().create_descriptor_pool(&info, None) }
+            .map_err(call("vkCreateDescriptorPool"))
     }
 
     /// Allocates a descriptor set for `p`'s layout.
@@ -262,13 +295,25 @@ impl Recorder {
         }
         let persistent = lifetime == SetLifetime::Persistent;
         loop {
-            let pools = if persistent { &self.persistent } else { &self.transient };
+            let pools = if persistent {
+                &self.persistent
+            } else {
+                &self.transient
+            };
             if pools.current >= pools.pools.len() {
                 let np = self.grow(persistent)?;
-                let pools = if persistent { &mut self.persistent } else { &mut self.transient };
+                let pools = if persistent {
+                    &mut self.persistent
+                } else {
+                    &mut self.transient
+                };
                 pools.pools.push(np);
             }
-            let pools = if persistent { &self.persistent } else { &self.transient };
+            let pools = if persistent {
+                &self.persistent
+            } else {
+                &self.transient
+            };
             let layouts = [p.set_layout];
             let info = vk::DescriptorSetAllocateInfo::default()
                 .descriptor_pool(pools.pools[pools.current])
@@ -279,8 +324,13 @@ impl Recorder {
                     self.counters.descriptor_sets_allocated += 1;
                     return Ok(DescSet(v[0]));
                 }
-                Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY) | Err(vk::Result::ERROR_FRAGMENTED_POOL) => {
-                    let pools = if persistent { &mut self.persistent } else { &mut self.transient };
+                Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY)
+                | Err(vk::Result::ERROR_FRAGMENTED_POOL) => {
+                    let pools = if persistent {
+                        &mut self.persistent
+                    } else {
+                        &mut self.transient
+                    };
                     pools.current += 1;
                 }
                 Err(e) => return Err(call("vkAllocateDescriptorSets")(e)),
@@ -292,8 +342,13 @@ impl Recorder {
     pub fn reset_transient_sets(&mut self) -> VkResult<()> {
         for &p in &self.transient.pools {
             // SAFETY: no pending work references these sets (caller's guarantee).
-            unsafe { self.gpu.shared.device.reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty()) }
-                .map_err(call("vkResetDescriptorPool"))?;
+            unsafe {
+                self.gpu
+                    .shared
+                    .device
+                    .reset_descriptor_pool(p, vk::DescriptorPoolResetFlags::empty())
+            }
+            .map_err(call("vkResetDescriptorPool"))?;
         }
         self.transient.current = 0;
         Ok(())
@@ -328,15 +383,23 @@ impl Recorder {
         self.cmd_counts(cmd).descriptor_set_binds += 1;
         // SAFETY: recording command buffer; the set matches the pipeline's layout.
         unsafe {
-            self.dev()
-                .cmd_bind_descriptor_sets(cmd.handle, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[set.0], &[])
+            self.dev().cmd_bind_descriptor_sets(
+                cmd.handle,
+                vk::PipelineBindPoint::COMPUTE,
+                p.layout,
+                0,
+                &[set.0],
+                &[],
+            )
         }
     }
 
     /// Pushes `bufs` as set 0 (`VK_KHR_push_descriptor`); counts one descriptor write.
     pub fn push_set(&mut self, cmd: Cmd, p: &Pipeline, bufs: &[BufRange<'_>]) -> VkResult<()> {
         let Some(pd) = &self.gpu.shared.push_descriptor else {
-            return Err(VkError::Unsupported("this device has no VK_KHR_push_descriptor".into()));
+            return Err(VkError::Unsupported(
+                "this device has no VK_KHR_push_descriptor".into(),
+            ));
         };
         let infos = Self::buffer_infos(bufs);
         let write = vk::WriteDescriptorSet::default()
@@ -345,7 +408,15 @@ impl Recorder {
             .buffer_info(&infos);
         self.counters.descriptor_writes += 1;
         // SAFETY: recording command buffer; the pipeline layout's set 0 is a push-descriptor set.
-        unsafe { pd.cmd_push_descriptor_set(cmd.handle, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[write]) };
+        unsafe {
+            pd.cmd_push_descriptor_set(
+                cmd.handle,
+                vk::PipelineBindPoint::COMPUTE,
+                p.layout,
+                0,
+                &[write],
+            )
+        };
         Ok(())
     }
 
@@ -353,22 +424,33 @@ impl Recorder {
         self.cmd_counts(cmd).push_constant_updates += 1;
         // SAFETY: recording command buffer; `bytes` fits the pipeline's push-constant range.
         unsafe {
-            self.dev()
-                .cmd_push_constants(cmd.handle, p.layout, vk::ShaderStageFlags::COMPUTE, 0, bytes)
+            self.dev().cmd_push_constants(
+                cmd.handle,
+                p.layout,
+                vk::ShaderStageFlags::COMPUTE,
+                0,
+                bytes,
+            )
         }
     }
 
     pub fn dispatch(&mut self, cmd: Cmd, groups: [u32; 3]) {
         self.cmd_counts(cmd).dispatches += 1;
         // SAFETY: recording command buffer with a bound compute pipeline and descriptors.
-        unsafe { self.dev().cmd_dispatch(cmd.handle, groups[0], groups[1], groups[2]) }
+        unsafe {
+            self.dev()
+                .cmd_dispatch(cmd.handle, groups[0], groups[1], groups[2])
+        }
     }
 
     /// A dispatch whose group counts are read from `args` at `offset` (three u32) when it runs.
     pub fn dispatch_indirect(&mut self, cmd: Cmd, args: &Buffer, offset: u64) {
         self.cmd_counts(cmd).dispatches += 1;
         // SAFETY: `args` was created with indirect usage (checked by validation in tests).
-        unsafe { self.dev().cmd_dispatch_indirect(cmd.handle, args.handle, offset) }
+        unsafe {
+            self.dev()
+                .cmd_dispatch_indirect(cmd.handle, args.handle, offset)
+        }
     }
 
     /// Copies `src` to `dst` at `dst_offset`.
@@ -379,7 +461,10 @@ impl Recorder {
             .dst_offset(dst_offset)
             .size(src.bytes);
         // SAFETY: recording command buffer; ranges are within both buffers (validated in tests).
-        unsafe { self.dev().cmd_copy_buffer(cmd.handle, src.buffer.handle, dst.handle, &[region]) }
+        unsafe {
+            self.dev()
+                .cmd_copy_buffer(cmd.handle, src.buffer.handle, dst.handle, &[region])
+        }
     }
 
     /// One global memory barrier making every earlier compute and transfer write visible to every
@@ -406,7 +491,10 @@ impl Recorder {
                     | vk::PipelineStageFlags::DRAW_INDIRECT
                     | vk::PipelineStageFlags::HOST,
             ),
-            Queue::Transfer => (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::TRANSFER),
+            Queue::Transfer => (
+                vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::TRANSFER,
+            ),
         };
         let mb = if cmd.queue == Queue::Transfer {
             mb.src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
@@ -416,8 +504,15 @@ impl Recorder {
         };
         // SAFETY: recording command buffer; stages are supported by its queue.
         unsafe {
-            self.dev()
-                .cmd_pipeline_barrier(cmd.handle, src, dst, vk::DependencyFlags::empty(), &[mb], &[], &[])
+            self.dev().cmd_pipeline_barrier(
+                cmd.handle,
+                src,
+                dst,
+                vk::DependencyFlags::empty(),
+                &[mb],
+                &[],
+                &[],
+            )
         }
     }
 
@@ -426,7 +521,9 @@ impl Recorder {
         self.current_label.clear();
         self.current_label.push_str(label);
         if let Some(d) = &self.gpu.shared.debug_device {
-            let Ok(name) = CString::new(label) else { return };
+            let Ok(name) = CString::new(label) else {
+                return;
+            };
             let l = vk::DebugUtilsLabelEXT::default().label_name(&name);
             // SAFETY: recording command buffer; the name outlives the call.
             unsafe { d.cmd_begin_debug_utils_label(cmd.handle, &l) };
@@ -450,7 +547,10 @@ impl Recorder {
             vk::PipelineStageFlags::BOTTOM_OF_PIPE
         };
         // SAFETY: recording command buffer; `index` < pool size and was reset before this write.
-        unsafe { self.dev().cmd_write_timestamp(cmd.handle, stage, pool.pool, index) }
+        unsafe {
+            self.dev()
+                .cmd_write_timestamp(cmd.handle, stage, pool.pool, index)
+        }
     }
 
     pub fn create_query_pool(&mut self, count: u32) -> VkResult<QueryPool> {
@@ -458,8 +558,13 @@ impl Recorder {
             .query_type(vk::QueryType::TIMESTAMP)
             .query_count(count.max(1));
         // SAFETY: valid create-info; destroyed by QueryPool's Drop.
-        let pool = unsafe { self.dev().create_query_pool(&info, None) }.map_err(call("vkCreateQueryPool"))?;
-        Ok(QueryPool { shared: self.gpu.shared.clone(), pool, count: count.max(1) })
+        let pool = unsafe { self.dev().create_query_pool(&info, None) }
+            .map_err(call("vkCreateQueryPool"))?;
+        Ok(QueryPool {
+            shared: self.gpu.shared.clone(),
+            pool,
+            count: count.max(1),
+        })
     }
 
     /// Resets queries `first..first+count` from the host (Vulkan 1.2 host query reset).
@@ -496,15 +601,20 @@ impl Recorder {
 
     pub fn new_fence(&mut self) -> VkResult<FenceId> {
         // SAFETY: valid create-info; destroyed in Drop.
-        let f = unsafe { self.dev().create_fence(&vk::FenceCreateInfo::default(), None) }
-            .map_err(call("vkCreateFence"))?;
+        let f = unsafe {
+            self.dev()
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+        }
+        .map_err(call("vkCreateFence"))?;
         self.fences.push(f);
         Ok(FenceId(self.fences.len() - 1))
     }
 
     /// Submits `cmds` in order to their queue, signalling `fence` when they complete.
     pub fn submit(&mut self, cmds: &[Cmd], fence: Option<FenceId>) -> VkResult<()> {
-        let Some(first) = cmds.first() else { return Ok(()) };
+        let Some(first) = cmds.first() else {
+            return Ok(());
+        };
         match first.queue {
             Queue::Compute => self.counters.submits_compute += 1,
             Queue::Transfer => self.counters.submits_transfer += 1,
@@ -523,12 +633,15 @@ impl Recorder {
         let q = self.queue(first.queue);
         // SAFETY: executable command buffers of this device, submitted to the queue they were
         // allocated for; the fence is unsignalled (reset after every wait).
-        unsafe { self.dev().queue_submit(q, &[info], f) }.map_err(|e| self.lost_or(e, "vkQueueSubmit"))
+        unsafe { self.dev().queue_submit(q, &[info], f) }
+            .map_err(|e| self.lost_or(e, "vkQueueSubmit"))
     }
 
     fn lost_or(&self, e: vk::Result, what: &'static str) -> VkError {
         if e == vk::Result::ERROR_DEVICE_LOST {
-            VkError::DeviceLost { last_label: self.last_label.clone() }
+            VkError::DeviceLost {
+                last_label: self.last_label.clone(),
+            }
         } else {
             call(what)(e)
         }
@@ -540,7 +653,9 @@ impl Recorder {
         let f = [self.fences[fence.0]];
         // SAFETY: the fence belongs to this device and was submitted.
         unsafe {
-            self.dev().wait_for_fences(&f, true, u64::MAX).map_err(|e| self.lost_or(e, "vkWaitForFences"))?;
+            self.dev()
+                .wait_for_fences(&f, true, u64::MAX)
+                .map_err(|e| self.lost_or(e, "vkWaitForFences"))?;
             self.dev().reset_fences(&f).map_err(call("vkResetFences"))
         }
     }
@@ -559,7 +674,9 @@ impl Recorder {
 
     fn staging(&mut self) -> VkResult<(Cmd, FenceId)> {
         if self.staging.is_none() {
-            let b = self.gpu.create_buffer(BufferDesc::upload(STAGING_BYTES), "staging")?;
+            let b = self
+                .gpu
+                .create_buffer(BufferDesc::upload(STAGING_BYTES), "staging")?;
             self.staging = Some(b);
         }
         let cmd = match self.upload_cmd {
@@ -586,13 +703,20 @@ impl Recorder {
     pub fn upload(&mut self, dst: &Buffer, offset: u64, data: &[u8]) -> VkResult<()> {
         let (cmd, fence) = self.staging()?;
         for (i, chunk) in data.chunks(STAGING_BYTES as usize).enumerate() {
-            let mut staging = self.staging.take().ok_or(VkError::Unsupported("staging buffer missing".into()))?;
+            let mut staging = self
+                .staging
+                .take()
+                .ok_or(VkError::Unsupported("staging buffer missing".into()))?;
             let r = self.write(&mut staging, 0, chunk);
             self.staging = Some(staging);
             r?;
             self.begin(cmd)?;
             if let Some(st) = self.staging.take() {
-                let src = BufRange { buffer: &st, offset: 0, bytes: chunk.len() as u64 };
+                let src = BufRange {
+                    buffer: &st,
+                    offset: 0,
+                    bytes: chunk.len() as u64,
+                };
                 self.copy(cmd, src, dst, offset + (i as u64) * STAGING_BYTES);
                 self.staging = Some(st);
             }
@@ -614,9 +738,20 @@ impl Recorder {
                 c
             }
         };
-        let rb = self.gpu.create_buffer(BufferDesc::readback(out.len() as u64), "download")?;
+        let rb = self
+            .gpu
+            .create_buffer(BufferDesc::readback(out.len() as u64), "download")?;
         self.begin(cmd)?;
-        self.copy(cmd, BufRange { buffer: src, offset, bytes: out.len() as u64 }, &rb, 0);
+        self.copy(
+            cmd,
+            BufRange {
+                buffer: src,
+                offset,
+                bytes: out.len() as u64,
+            },
+            &rb,
+            0,
+        );
         self.end(cmd)?;
         self.submit(&[cmd], Some(fence))?;
         self.wait(fence)?;
