@@ -39,42 +39,81 @@ pub fn table(devices: &[DeviceInfo]) -> String {
     let rows: &[Row] = &[
         ("name", |d| d.name.clone()),
         ("type", |d| d.device_type.clone()),
-        ("driver", |d| format!("{} {}", d.driver_name, d.driver_info).trim().to_string()),
+        ("driver", |d| {
+            format!("{} {}", d.driver_name, d.driver_info)
+                .trim()
+                .to_string()
+        }),
         ("Vulkan API", |d| d.api_version.clone()),
-        ("vendor:device", |d| format!("{:04x}:{:04x}", d.vendor_id, d.device_id)),
+        ("vendor:device", |d| {
+            format!("{:04x}:{:04x}", d.vendor_id, d.device_id)
+        }),
         ("compute units", |d| d.compute_units.to_string()),
         ("device-local memory", |d| mib(d.device_local_bytes)),
         ("timestamps", |d| yes(d.timestamps)),
-        ("timestamp period", |d| format!("{} ns", d.timestamp_period_ns)),
-        ("timestamp valid bits", |d| d.timestamp_valid_bits.to_string()),
-        ("calibrated timestamps", |d| d.calibrated_timestamps.clone().unwrap_or_else(|| "no".into())),
+        ("timestamp period", |d| {
+            format!("{} ns", d.timestamp_period_ns)
+        }),
+        ("timestamp valid bits", |d| {
+            d.timestamp_valid_bits.to_string()
+        }),
+        ("calibrated timestamps", |d| {
+            d.calibrated_timestamps
+                .clone()
+                .unwrap_or_else(|| "no".into())
+        }),
         ("push descriptors", |d| {
-            if d.push_descriptors { format!("yes (max {})", d.max_push_descriptors) } else { "no".into() }
+            if d.push_descriptors {
+                format!("yes (max {})", d.max_push_descriptors)
+            } else {
+                "no".into()
+            }
         }),
         ("subgroup size", |d| d.subgroup_size.to_string()),
         ("subgroup arithmetic", |d| yes(d.subgroup_arithmetic)),
         ("16-bit storage", |d| yes(d.storage_buffer_16bit)),
         ("float16 arithmetic", |d| yes(d.shader_float16)),
         ("host query reset", |d| yes(d.host_query_reset)),
-        ("separate transfer queue", |d| yes(d.separate_transfer_queue)),
-        ("max storage buffer range", |d| mib(d.max_storage_buffer_range)),
+        (
+            "separate transfer queue",
+            |d| yes(d.separate_transfer_queue),
+        ),
+        ("max storage buffer range", |d| {
+            mib(d.max_storage_buffer_range)
+        }),
         ("max allocation size", |d| mib(d.max_memory_allocation_size)),
-        ("max workgroup invocations", |d| d.max_compute_workgroup_invocations.to_string()),
+        ("max workgroup invocations", |d| {
+            d.max_compute_workgroup_invocations.to_string()
+        }),
     ];
     let header: Vec<String> = std::iter::once("device".to_string())
         .chain(devices.iter().map(|d| format!("#{}", d.index)))
         .collect();
     let mut cells: Vec<Vec<String>> = vec![header];
     for (name, f) in rows {
-        cells.push(std::iter::once(name.to_string()).chain(devices.iter().map(f)).collect());
+        cells.push(
+            std::iter::once(name.to_string())
+                .chain(devices.iter().map(f))
+                .collect(),
+        );
     }
     let cols = cells[0].len();
     let widths: Vec<usize> = (0..cols)
-        .map(|c| cells.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            cells
+                .iter()
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for (i, r) in cells.iter().enumerate() {
-        let line: Vec<String> = r.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect();
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(s, w)| format!("{s:<w$}"))
+            .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
         if i == 0 {

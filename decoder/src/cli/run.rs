@@ -118,11 +118,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 timestamps: args.gpu.timestamps,
                 max_seq: (ids.len() + args.generation.max_tokens + 1) as u32,
                 max_batch: ids.len() as u32,
-                logits_readback: args.generation.dump.is_some() || args.generation.temperature > 0.0,
+                logits_readback: args.generation.dump.is_some()
+                    || args.generation.temperature > 0.0,
             };
             eprintln!("device: {}; {knobs}", gpu.info().name);
-            let mut engine = crate::exec::engine::Engine::new(&gpu, &model.config, &model.weights, opts)
-                .context("cannot set up the Vulkan decoder")?;
+            let mut engine =
+                crate::exec::engine::Engine::new(&gpu, &model.config, &model.weights, opts)
+                    .context("cannot set up the Vulkan decoder")?;
             run_generation(&mut engine, &model, &ids, &args.generation)?;
             let trace = profiler::trace::Trace {
                 format: profiler::trace::FORMAT_NAME.into(),
@@ -177,7 +179,9 @@ pub fn run_generation(
     let mut write_error: Option<std::io::Error> = None;
     let generation = generate(backend, &model.tokenizer, prompt_ids, &opts, &mut |text| {
         if write_error.is_none()
-            && let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush())
+            && let Err(e) = stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
         {
             write_error = Some(e);
         }
@@ -191,7 +195,11 @@ pub fn run_generation(
     if let Some(path) = &args.dump {
         write_dump(path, &generation)
             .with_context(|| format!("cannot write the dump {}", path.display()))?;
-        eprintln!("wrote {} steps of logits to {}", generation.ids.len(), path.display());
+        eprintln!(
+            "wrote {} steps of logits to {}",
+            generation.ids.len(),
+            path.display()
+        );
     }
     Ok(generation)
 }
