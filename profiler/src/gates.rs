@@ -16,8 +16,9 @@
 //! Directions compare B (the candidate) with A (the baseline) unless noted:
 //! - `no-increase`: `B <= A + t`, `no-decrease`: `B >= A - t`, `equal`: `|B - A| <= t`, where the
 //!   allowance `t` is `abs`, or `rel * |A|`, or 0. For a timing with the median statistic the
-//!   change is the bootstrap interval's bound nearest zero (`use_ci = true`, the default), so noise
-//!   never fails a gate. `equal` with `per_token = true` on a counter requires every analysed token
+//!   change judged is the most favourable end of the bootstrap interval of `B - A` (its lower
+//!   bound for `no-increase`, its upper bound for `no-decrease`, zero for `equal` when the interval
+//!   contains zero; `use_ci = true`, the default), so a change within noise never fails a gate. `equal` with `per_token = true` on a counter requires every analysed token
 //!   to match.
 //! - `decrease` / `increase`: B must be lower / higher than A by at least `abs`, `rel * |A|`, or a
 //!   factor (`ratio_at_least = 10`: `A / B >= 10` for `decrease`, `B / A >= 10` for `increase`).

@@ -309,8 +309,7 @@ fn op_table(rows: &[OpRow], regions: bool, format: Format, out: &mut String) {
             } else {
                 "-".to_owned()
             },
-            r.achieved_gbps
-                .map_or("-".to_owned(), |v| format!("{v:.1}")),
+            r.achieved_gbps.map_or("-".to_owned(), fmt_value),
             r.bandwidth_share.map_or("-".to_owned(), fmt_pct),
         ]);
     }
@@ -505,10 +504,7 @@ fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
             (None, Some(_)) => "only in B",
             _ => change_text(o.change, false),
         };
-        let gbps = |r: &OpRow| {
-            r.achieved_gbps
-                .map_or("-".to_owned(), |v| format!("{v:.1}"))
-        };
+        let gbps = |r: &OpRow| r.achieved_gbps.map_or("-".to_owned(), fmt_value);
         t.row(vec![
             o.label.clone(),
             o.kind.clone(),

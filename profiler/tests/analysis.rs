@@ -535,6 +535,10 @@ fn chrome_export_follows_the_format_rules() {
         ..SynthOptions::default()
     }));
     check_chrome_structure(&known_trace());
+    for name in ["decoder_generic", "decoder_fused"] {
+        let path = common::fixture_dir().join(format!("{name}.json"));
+        check_chrome_structure(&profiler::read_trace(&path).expect("decoder capture"));
+    }
 }
 
 #[test]

@@ -146,3 +146,28 @@ fn export_generic_chrome() {
     }
     check_golden("export_generic.chrome.txt", &lines);
 }
+
+/// Real captures by `decoder capture --model tiny --max-tokens 8 --timestamps dispatch` on
+/// lavapipe (committed as written).
+#[test]
+fn decoder_captures() {
+    check_golden(
+        "stats_decoder_generic.txt",
+        &stdout_of(&["stats", "decoder_generic.json"], 0),
+    );
+    check_golden(
+        "diff_decoder_generic_fused.md",
+        &stdout_of(
+            &[
+                "diff",
+                "--format",
+                "markdown",
+                "--gates",
+                "../../../gates.example.toml",
+                "decoder_generic.json",
+                "decoder_fused.json",
+            ],
+            0,
+        ),
+    );
+}
