@@ -58,30 +58,65 @@ impl Shape {
 /// constants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tuning {
+    /// Workgroup size of the primitive kernels.
     pub wg: u32,
+    /// Rows per workgroup of the primitive matvec.
     pub matvec_rows: u32,
-    pub fused_wg: u32,
-    pub fused_rows: u32,
+    /// (workgroup size, rows per workgroup) of `matvec_fused` by role.
+    pub qkv: (u32, u32),
+    pub gate_up: (u32, u32),
+    /// o-projection and down-projection (residual epilogue).
+    pub residual: (u32, u32),
+    /// lm_head over the vocabulary.
+    pub head: (u32, u32),
     pub attn_wg: u32,
     pub n_splits: u32,
+}
+
+/// What a fused matvec computes, for its tuning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MvRole {
+    Qkv,
+    GateUp,
+    Residual,
+    Head,
 }
 
 impl Tuning {
     /// Workgroup and split sizes for a device with `compute_units` units and `subgroup` lanes,
     /// for contexts up to `max_seq` positions over `kv_heads` KV heads.
     pub fn for_device(compute_units: u32, subgroup: u32, max_seq: u32, kv_heads: u32) -> Tuning {
-        let sub = subgroup.clamp(4, 64);
-        // Split-K: about two workgroups per compute unit over all KV heads, at least 32 positions
-        // per split, no more than 256 splits.
+        // Split-K: about two workgroups per compute unit over all KV heads, at least 16 positions
+        // per split, no more than 256 splits (32 splits of 8 KV heads measured best on an H200 at
+        // 512 and 2048 positions).
         let want = (2 * compute_units).div_ceil(kv_heads.max(1)).max(1);
-        let n_splits = want.min(max_seq.div_ceil(32)).clamp(1, 256);
-        Tuning {
-            wg: 128,
-            matvec_rows: 2,
-            fused_wg: (4 * sub).clamp(64, 256),
-            fused_rows: 4,
-            attn_wg: (2 * sub).clamp(32, 128),
-            n_splits,
+        let n_splits = want.min(max_seq.div_ceil(16)).clamp(1, 256);
+        if subgroup >= 32 {
+            // GPUs: the sizes that `kernel_bench` measured fastest on an H200 (wide subgroups,
+            // many compute units): small workgroups with few rows for the short matrices, more
+            // rows for the vocabulary-sized lm_head.
+            Tuning {
+                wg: 128,
+                matvec_rows: 2,
+                qkv: (128, 4),
+                gate_up: (32, 2),
+                residual: (128, 2),
+                head: (64, 4),
+                attn_wg: 256,
+                n_splits,
+            }
+        } else {
+            // CPU drivers (lavapipe) and narrow subgroups.
+            Tuning {
+                wg: 128,
+                matvec_rows: 2,
+                qkv: (64, 4),
+                gate_up: (64, 4),
+                residual: (64, 4),
+                head: (64, 4),
+                attn_wg: 64,
+                n_splits,
+            }
         }
     }
 }
@@ -454,6 +489,7 @@ impl Lower<'_> {
         epilogue: u32,
         rows: u32,
         cols: u32,
+        role: MvRole,
     ) {
         let norm_w = norm.unwrap_or(r(Buf::FinalNorm, 0, self.s.hidden as u64 * F32));
         let mut binds = vec![read(w), read(x), y];
@@ -472,7 +508,12 @@ impl Lower<'_> {
             pad0: 0,
         }
         .bytes();
-        let (wg, per) = (self.t.fused_wg, self.t.fused_rows);
+        let (wg, per) = match role {
+            MvRole::Qkv => self.t.qkv,
+            MvRole::GateUp => self.t.gate_up,
+            MvRole::Residual => self.t.residual,
+            MvRole::Head => self.t.head,
+        };
         let grid = Grid::Fixed([rows.div_ceil(per), 1, 1]);
         facts.flops += if epilogue == 2 { 4 * rows as u64 } else { 0 };
         let sp = spec(&[wg, per, norm.is_some() as u32, epilogue]);
@@ -975,6 +1016,7 @@ impl Lower<'_> {
                         0,
                         s.qkv_rows(),
                         h,
+                        MvRole::Qkv,
                     );
                     i += 2;
                 }
@@ -1125,6 +1167,7 @@ impl Lower<'_> {
                         1,
                         h,
                         qd,
+                        MvRole::Residual,
                     );
                     i += 2;
                 }
@@ -1144,6 +1187,7 @@ impl Lower<'_> {
                         2,
                         inter,
                         h,
+                        MvRole::GateUp,
                     );
                     i += 3;
                 }
@@ -1162,6 +1206,7 @@ impl Lower<'_> {
                         1,
                         h,
                         inter,
+                        MvRole::Residual,
                     );
                     i += 2;
                 }
@@ -1180,6 +1225,7 @@ impl Lower<'_> {
                         0,
                         s.vocab,
                         h,
+                        MvRole::Head,
                     );
                     let out = r(Buf::ArgmaxOut, 0, 8);
                     let binds = vec![read(logits), write(out)];
