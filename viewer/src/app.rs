@@ -384,8 +384,9 @@ impl ViewerApp {
                         ui.weak("(empty: File > Open, or drop a trace)");
                     }
                     SlotState::Loading { path } => {
-                        ui.spinner();
-                        ui.label(format!("loading {}", file_name(path)));
+                        // No spinner: its animation repaints every frame, and on a software
+                        // renderer that takes the CPU the loading thread needs.
+                        ui.label(format!("loading {}…", file_name(path)));
                     }
                     SlotState::Loaded(t) => {
                         let m = &t.trace.meta;
@@ -409,7 +410,6 @@ impl ViewerApp {
                 ui.add_space(24.0);
             }
             if matches!(self.analysis, AnalysisState::Running { .. }) {
-                ui.spinner();
                 ui.weak("computing statistics…");
             }
         });
@@ -566,7 +566,13 @@ impl ViewerApp {
         if d.done {
             return;
         }
-        ctx.request_repaint();
+        if ready {
+            ctx.request_repaint();
+        } else {
+            // The workers repaint when they finish; until then, look in now and then without
+            // rendering continuously (which would slow the loading on a software renderer).
+            ctx.request_repaint_after(Duration::from_millis(100));
+        }
         let elapsed = d.started.elapsed();
         if d.loaded_at.is_none() && !self.session.is_loading() {
             d.loaded_at = Some(elapsed);

@@ -70,6 +70,15 @@ impl Alignment {
         })
     }
 
+    /// Rows before the first decode row (the prefill rows). The plots put row `r` at
+    /// `x = r - prefill_len()`, so decode token k sits at x = k and the prefill at negative x.
+    pub fn prefill_len(&self) -> usize {
+        self.rows
+            .iter()
+            .take_while(|r| r.phase == Phase::Prefill)
+            .count()
+    }
+
     /// First and last prefill row, for shading.
     pub fn prefill_rows(&self) -> Option<(usize, usize)> {
         let first = self.rows.iter().position(|r| r.phase == Phase::Prefill)?;
@@ -149,6 +158,8 @@ mod tests {
         assert_eq!(al.len(), 3);
         assert!(al.rows.iter().all(|r| r.b.is_none()));
         assert_eq!(al.prefill_rows(), Some((0, 1)));
+        assert_eq!(al.prefill_len(), 2);
+        assert_eq!(align(&[D, D], &[D]).prefill_len(), 0);
         assert_eq!(al.label(1), "prefill 1");
         assert_eq!(al.decode_row(0), Some(2));
         assert_eq!(al.decode_row(10), Some(2));

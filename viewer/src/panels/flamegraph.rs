@@ -58,6 +58,11 @@ fn rebuild(session: &Session, selection: &Selection, state: &mut FlameState) {
         ));
     }
     state.view = FrameView::default();
+    // A paused profiler UI would keep showing the frame it paused on, and the flamegraph keeps
+    // its zoom while the number of frames stays the same: fit the new frame.
+    state.profiler_ui.reset();
+    state.profiler_ui.flamegraph_options.canvas_width_ns = 0.0;
+    state.profiler_ui.flamegraph_options.sideways_pan_in_points = 0.0;
     state.error = None;
     match build_frame(&threads) {
         Ok(frame) => state.view.add_frame(frame),

@@ -15,10 +15,7 @@ use crate::theme;
 
 pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
     let Some(a) = state.ready() else {
-        ui.horizontal(|ui| {
-            ui.spinner();
-            ui.label("computing the per-op table…");
-        });
+        ui.label("computing the per-op table…");
         return;
     };
     if a.ops.is_empty() {
@@ -59,7 +56,7 @@ pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
         }
     });
     let avail = ui.available_size();
-    let chart_w = (avail.x * 0.42).max(300.0);
+    let chart_w = (avail.x * 0.38).max(300.0);
     ui.horizontal_top(|ui| {
         chart(ui, &a.ops, &names, [chart_w, avail.y - 8.0]);
         ui.separator();
@@ -182,12 +179,8 @@ fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> S
                     opt(p.a, &|s| fmt_value(s.gpu_us)),
                     opt(p.b, &|s| fmt_value(s.gpu_us)),
                     ratio,
-                    opt(p.a, &|s| {
-                        s.achieved_gbps.map_or("-".into(), |g| format!("{g:.1}"))
-                    }),
-                    opt(p.b, &|s| {
-                        s.achieved_gbps.map_or("-".into(), |g| format!("{g:.1}"))
-                    }),
+                    opt(p.a, &|s| s.achieved_gbps.map_or("-".into(), fmt_value)),
+                    opt(p.b, &|s| s.achieved_gbps.map_or("-".into(), fmt_value)),
                     opt(p.a, &|s| share(s, bandwidth_known)),
                     opt(p.b, &|s| share(s, bandwidth_known)),
                     opt(p.a, &|s| fmt_bytes(s.bytes_per_token)),

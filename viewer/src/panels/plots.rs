@@ -17,8 +17,8 @@ use crate::panels::legend_chip;
 use crate::theme;
 
 /// The prefill band's fill, and an opaque swatch of how it looks on the plot background.
-const PREFILL_FILL: Color32 = Color32::from_rgba_premultiplied(26, 26, 26, 26);
-const PREFILL_FILL_OPAQUE: Color32 = Color32::from_gray(52);
+const PREFILL_FILL: Color32 = Color32::from_rgba_premultiplied(36, 36, 36, 36);
+const PREFILL_FILL_OPAQUE: Color32 = Color32::from_gray(62);
 
 /// The values of `metric` on the aligned axis for one side (NaN where the side has no step).
 fn aligned_values(al: &Alignment, t: &LoadedTrace, side: usize, metric: Metric) -> Vec<f64> {
@@ -75,7 +75,7 @@ pub fn ui(
         ui.separator();
         ui.checkbox(&mut settings.fit_decode, "fit y to decode tokens")
             .on_hover_text("The prefill step processes the whole prompt and can be many times longer than a decode token; fitting the y axis to decode tokens keeps them readable.");
-        ui.weak("x: token (prefill, then decode 0, 1, …) · drag to pan, ctrl+wheel to zoom, double-click to reset");
+        ui.weak("x: decode token (the prefill step left of 0) · drag to pan, ctrl+wheel to zoom, double-click to reset");
     });
     let spacing = 8.0;
     let w = ((ui.available_width() - spacing) / 2.0).max(100.0);
@@ -93,7 +93,7 @@ pub fn ui(
         });
     }
     if let Some((x, extend)) = clicked
-        && let Some(row) = row_at_x(x, al.len())
+        && let Some(row) = row_at_x(x + al.prefill_len() as f64, al.len())
     {
         selection.click(row, extend);
     }
@@ -135,6 +135,8 @@ fn plot(
     };
     let y_top = if y_top > 0.0 { y_top * 1.08 } else { 1.0 };
     let n = al.len();
+    // Decode token k at x = k; prefill rows at negative x.
+    let off = al.prefill_len() as f64;
     let resp = Plot::new(("per_token", metric.profiler_name()))
         .width(w)
         .height(h)
@@ -145,8 +147,23 @@ fn plot(
         .allow_drag([true, false])
         .y_axis_min_width(40.0)
         .x_axis_label(RichText::new(metric.title()).strong())
+        .x_axis_formatter(|mark, _range| {
+            // Rows sit at integers: name them by phase (decode tokens by their ordinal).
+            let v = mark.value.round();
+            if (mark.value - v).abs() > 1e-6 || v < 0.0 {
+                return String::new();
+            }
+            match al
+                .get((v + off).max(0.0) as usize)
+                .filter(|_| v + off >= 0.0)
+            {
+                Some(r) if r.phase == Phase::Prefill => "prefill".to_owned(),
+                Some(r) => r.ordinal.to_string(),
+                None => String::new(),
+            }
+        })
         .label_formatter(move |name, p| {
-            let row = row_at_x(p.x, n).map_or("-".to_owned(), |r| al.label(r));
+            let row = row_at_x(p.x + off, n).map_or("-".to_owned(), |r| al.label(r));
             if name.is_empty() {
                 format!("{row}\n{:.1}", p.y)
             } else {
@@ -155,12 +172,18 @@ fn plot(
         })
         .show(ui, |pui| {
             let b = pui.plot_bounds();
-            let buckets = (w as usize).max(16);
+            // Up to four points per bucket: two buckets per point of width.
+            let buckets = (w as usize / 2).max(16);
             if let Some((p0, p1)) = al.prefill_rows() {
                 pui.polygon(
                     Polygon::new(
                         "prefill",
-                        rect(p0 as f64 - 0.5, p1 as f64 + 0.5, 0.0, y_all.max(y_top)),
+                        rect(
+                            p0 as f64 - off - 0.5,
+                            p1 as f64 - off + 0.5,
+                            0.0,
+                            y_all.max(y_top),
+                        ),
                     )
                     .fill_color(PREFILL_FILL)
                     .stroke(egui::Stroke::NONE)
@@ -173,8 +196,8 @@ fn plot(
                     Polygon::new(
                         "selection",
                         rect(
-                            *r.start() as f64 - 0.5,
-                            *r.end() as f64 + 0.5,
+                            *r.start() as f64 - off - 0.5,
+                            *r.end() as f64 - off + 0.5,
                             0.0,
                             y_all.max(y_top),
                         ),
@@ -184,8 +207,18 @@ fn plot(
                     .allow_hover(false),
                 );
             }
+            // While x fits the data, the line must span every row (the bounds are computed from
+            // it); once the user zooms or pans, only the visible rows are drawn.
+            let (x0, x1) = if pui.auto_bounds().x {
+                (0.0, n.saturating_sub(1) as f64)
+            } else {
+                (b.min()[0] + off, b.max()[0] + off)
+            };
             for (side, name, v) in &values {
-                let pts = decimate_min_max(v, b.min()[0], b.max()[0], buckets);
+                let mut pts = decimate_min_max(v, x0, x1, buckets);
+                for p in &mut pts {
+                    p[0] -= off;
+                }
                 pui.line(
                     Line::new(name.clone(), PlotPoints::new(pts))
                         .color(theme::side_color(*side))
@@ -193,7 +226,7 @@ fn plot(
                 );
             }
             pui.vline(
-                VLine::new("selected", selection.focus as f64)
+                VLine::new("selected", selection.focus as f64 - off)
                     .color(Color32::from_gray(230))
                     .width(1.0)
                     .allow_hover(false),

@@ -14,10 +14,7 @@ pub fn ui(ui: &mut egui::Ui, state: &AnalysisState) {
             ui.weak("Nothing to summarize yet.");
         }
         AnalysisState::Running { .. } => {
-            ui.horizontal(|ui| {
-                ui.spinner();
-                ui.label("computing the statistics (bootstrap intervals of every timing)…");
-            });
+            ui.label("computing the statistics (bootstrap intervals of every timing)…");
         }
         AnalysisState::Ready { analysis, .. } => {
             egui::ScrollArea::vertical()
@@ -78,21 +75,25 @@ fn show(ui: &mut egui::Ui, m: &SummaryModel, elapsed: std::time::Duration) {
             ui.add_space(8.0);
         }
     } else {
-        ui.columns(2, |cols| {
-            for (i, t) in counters.iter().enumerate() {
-                table::show(&mut cols[0], ("counters", i), t);
-                cols[0].add_space(8.0);
-            }
-            for (i, t) in timings.iter().enumerate() {
-                table::show(&mut cols[1], ("timings", i), t);
-                cols[1].add_space(8.0);
-            }
-            cols[1].add_space(4.0);
-            cols[1].weak(
-                "green: B lower than A (better); red: B higher; bright and bold: significant \
-                 (counters are exact; timings when the interval excludes zero); muted: noise or \
-                 too few samples",
-            );
+        ui.horizontal_top(|ui| {
+            ui.vertical(|ui| {
+                for (i, t) in counters.iter().enumerate() {
+                    table::show(ui, ("counters", i), t);
+                    ui.add_space(8.0);
+                }
+            });
+            ui.add_space(24.0);
+            ui.vertical(|ui| {
+                for (i, t) in timings.iter().enumerate() {
+                    table::show(ui, ("timings", i), t);
+                    ui.add_space(8.0);
+                }
+                ui.add_space(4.0);
+                ui.weak("green: B lower than A (better) · red: B higher");
+                ui.weak("bright and bold: significant (counters are exact; timings when the");
+                ui.weak("95% interval of the median difference excludes zero)");
+                ui.weak("muted: noise, or too few samples for an interval");
+            });
         });
     }
     ui.add_space(8.0);

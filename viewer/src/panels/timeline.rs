@@ -157,7 +157,7 @@ pub fn ui(ui: &mut egui::Ui, session: &Session, selection: &Selection, state: &m
         + layouts.len().saturating_sub(1) as f32 * base.block_gap_px
         + n_gaps as f32 * base.lane_gap_px;
     let geometry = Geometry {
-        row_px: ((rect.height() - fixed - 8.0) / n_rows.max(1) as f32).clamp(16.0, 26.0),
+        row_px: ((rect.height() - fixed - 8.0) / n_rows.max(1) as f32).clamp(16.0, 30.0),
         ..base
     };
     let placement = place_rows(&layouts, rect.top() + RULER_PX + 4.0, &geometry);
@@ -331,6 +331,11 @@ fn ruler(painter: &egui::Painter, rect: Rect, left: f32, width: f32, view: &Time
             ],
             Stroke::new(1.0, Color32::from_gray(48)),
         );
+        // No label that the panel's edge would cut.
+        if x > left + width - 60.0 {
+            t += step;
+            continue;
+        }
         clip.text(
             Pos2::new(x + 3.0, rect.top() + 3.0),
             Align2::LEFT_TOP,
