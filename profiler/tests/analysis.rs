@@ -555,6 +555,9 @@ fn chrome_export_escapes_labels_and_rebases_time() {
             .iter()
             .any(|e| e["name"] == "weird \"label\"\n\t\\ </script>")
     );
+    // The streamed file is the same document as the in-memory one.
+    let in_memory = serde_json::to_value(profiler::chrome_trace(&t)).expect("serialize");
+    assert_eq!(v, in_memory);
     let min_ts = events
         .iter()
         .filter_map(|e| e["ts"].as_f64())
