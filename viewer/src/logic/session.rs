@@ -114,6 +114,17 @@ impl Session {
         true
     }
 
+    /// Marks `slot` as failed with `error` without a load (the load could not even start).
+    pub fn fail(&mut self, slot: SlotId, path: &Path, error: String) {
+        let i = slot.index();
+        self.generations[i] += 1;
+        self.slots[i] = SlotState::Failed {
+            path: path.to_path_buf(),
+            error,
+        };
+        self.changed();
+    }
+
     /// Empties `slot` (and cancels its load).
     pub fn close(&mut self, slot: SlotId) {
         let i = slot.index();
@@ -274,6 +285,10 @@ mod tests {
         s.close(SlotId::B);
         assert!(s.is_empty(SlotId::B));
         assert_eq!(s.alignment().len(), 3);
+        // A slot that could not start loading fails with the given message.
+        s.fail(SlotId::A, &long, "no thread".to_owned());
+        assert_eq!(s.errors(), [(SlotId::A, "no thread")]);
+        assert!(s.loaded(SlotId::A).is_none());
         // A load started before a close is stale afterwards.
         let t = s.begin_load(SlotId::B, &long);
         s.close(SlotId::B);
