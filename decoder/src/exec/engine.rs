@@ -753,11 +753,15 @@ impl Engine {
     fn chunk_sets(&mut self, p: &Prepared, c: usize) -> anyhow::Result<Vec<Option<DescSet>>> {
         let range = p.chunks[c].1.clone();
         let mut out = Vec::with_capacity(range.len());
+        // A recording that is replayed keeps referencing its sets, so they must outlive the
+        // per-step reset of the transient pool (which the prompt's step still performs).
+        let replayed = self.opts.knobs.recording == Recording::Once && p.n_tokens == 1;
+        let lifetime = if replayed { SetLifetime::Persistent } else { SetLifetime::Transient };
         for i in range {
             let step = &p.steps[i];
             let set = match (&step.action, self.opts.knobs.descriptors) {
                 (Action::Dispatch { .. }, Descriptors::PerDispatch) => {
-                    Some(self.write_new_set(step, SetLifetime::Transient)?)
+                    Some(self.write_new_set(step, lifetime)?)
                 }
                 (Action::Dispatch { .. }, Descriptors::Cached) => {
                     let key = (
