@@ -756,7 +756,11 @@ impl Engine {
         // A recording that is replayed keeps referencing its sets, so they must outlive the
         // per-step reset of the transient pool (which the prompt's step still performs).
         let replayed = self.opts.knobs.recording == Recording::Once && p.n_tokens == 1;
-        let lifetime = if replayed { SetLifetime::Persistent } else { SetLifetime::Transient };
+        let lifetime = if replayed {
+            SetLifetime::Persistent
+        } else {
+            SetLifetime::Transient
+        };
         for i in range {
             let step = &p.steps[i];
             let set = match (&step.action, self.opts.knobs.descriptors) {
