@@ -190,14 +190,19 @@ pub struct OpInfo {
 
 impl OpInfo {
     /// Bytes read plus bytes written for one run at `kv_len` cached positions.
+    /// Saturates rather than overflowing on crafted files.
     pub fn bytes_at(&self, kv_len: u64) -> u64 {
+        let per_kv = self
+            .bytes_read_per_kv
+            .saturating_add(self.bytes_written_per_kv);
         self.bytes_read
-            + self.bytes_written
-            + (self.bytes_read_per_kv + self.bytes_written_per_kv) * kv_len
+            .saturating_add(self.bytes_written)
+            .saturating_add(per_kv.saturating_mul(kv_len))
     }
     /// Floating-point operations for one run at `kv_len` cached positions.
     pub fn flops_at(&self, kv_len: u64) -> u64 {
-        self.flops + self.flops_per_kv * kv_len
+        self.flops
+            .saturating_add(self.flops_per_kv.saturating_mul(kv_len))
     }
 }
 
@@ -288,7 +293,7 @@ impl Counters {
     ];
 
     pub fn submits(&self) -> u64 {
-        self.submits_compute + self.submits_transfer
+        self.submits_compute.saturating_add(self.submits_transfer)
     }
 
     /// Values in the order of [`Counters::NAMES`].
