@@ -421,7 +421,7 @@ pub(crate) fn phase_samples(trace: &Trace, phase: Phase, skip: usize) -> PhaseSa
 
 /// GPU busy time of a step: the recorded value, else the union of its dispatch spans (or of all
 /// its spans when it has only region or token spans); `None` without GPU spans.
-pub(crate) fn gpu_busy_ns(trace: &Trace, r: &TokenRecord) -> Option<u64> {
+pub fn gpu_busy_ns(trace: &Trace, r: &TokenRecord) -> Option<u64> {
     if let Some(v) = r.gpu_busy_ns {
         return Some(v);
     }

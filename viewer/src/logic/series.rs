@@ -1,7 +1,6 @@
 //! Per-token series of one trace: the six quantities the per-token plots show.
 
-use profiler::stats::{is_region_kind, union_ns};
-use profiler::{GpuSpan, TokenRecord, Trace};
+use profiler::{TokenRecord, Trace};
 
 /// A quantity plotted per token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,33 +62,8 @@ impl Metric {
     }
 }
 
-/// GPU busy time of a step, by the rule of TRACE_FORMAT.md that `profiler stats` applies: the
-/// recorded `gpu_busy_ns`, else the union of its dispatch spans (or of all its spans when it has
-/// only region or token spans); `None` without GPU spans.
-pub fn gpu_busy_ns(trace: &Trace, r: &TokenRecord) -> Option<u64> {
-    if let Some(v) = r.gpu_busy_ns {
-        return Some(v);
-    }
-    if r.gpu_spans.is_empty() {
-        return None;
-    }
-    let dispatch: Vec<GpuSpan> = r
-        .gpu_spans
-        .iter()
-        .filter(|s| {
-            trace
-                .ops
-                .get(s.op() as usize)
-                .is_some_and(|o| !is_region_kind(&o.kind))
-        })
-        .copied()
-        .collect();
-    Some(if dispatch.is_empty() {
-        union_ns(&r.gpu_spans)
-    } else {
-        union_ns(&dispatch)
-    })
-}
+/// GPU busy time of a step, by the rule of TRACE_FORMAT.md that `profiler stats` applies.
+pub use profiler::stats::gpu_busy_ns;
 
 /// Every [`Metric`] for every step of a trace, in trace order; NaN where a value is missing.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -131,6 +105,7 @@ impl TraceSeries {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profiler::GpuSpan;
     use profiler::{OpInfo, SynthOptions, synthetic_trace};
 
     #[test]
