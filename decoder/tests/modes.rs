@@ -170,9 +170,11 @@ fn presets_match_reference_on_smollm2() {
     check("smollm2", 64, &presets());
 }
 
+/// 64 steps each (the presets run 200): 14 settings, most of them re-recording every token on a
+/// CPU driver with the validation layer, must fit the CI budget.
 #[test]
 fn single_knob_changes_match_reference_on_tiny() {
-    check("tiny", 200, &single_flips());
+    check("tiny", 64, &single_flips());
 }
 
 #[test]
