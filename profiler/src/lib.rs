@@ -47,7 +47,9 @@ pub use io::{
     TraceError, from_reader, from_slice, from_slice_named, read_trace, read_trace_for_analysis,
     to_vec, to_writer, validate, write_trace,
 };
-pub use report::{Format, fmt_value, render_diff, render_stats};
+pub use report::{
+    Format, fmt_bytes, fmt_pct, fmt_rel, fmt_signed, fmt_value, render_diff, render_stats,
+};
 pub use stats::{
     CaptureInfo, DEFAULT_SKIP, MetricStats, OpRow, PhaseStats, Statistic, StatsOptions, Summary,
     TIME_METRICS, TraceStats, compute_stats, fold_label,

@@ -53,11 +53,13 @@ fn plural(n: usize, what: &str) -> String {
     }
 }
 
-fn fmt_pct(share: f64) -> String {
+/// A share in 0..=1 as a percentage.
+pub fn fmt_pct(share: f64) -> String {
     format!("{:.1}%", share * 100.0)
 }
 
-fn fmt_rel(rel: Option<f64>) -> String {
+/// A relative change as a signed percentage, `-` when there is none.
+pub fn fmt_rel(rel: Option<f64>) -> String {
     match rel {
         Some(r) => {
             let s = format!("{:.1}%", r * 100.0);
@@ -67,7 +69,8 @@ fn fmt_rel(rel: Option<f64>) -> String {
     }
 }
 
-fn fmt_signed(v: f64) -> String {
+/// `+1.50`, `-3`, `0`.
+pub fn fmt_signed(v: f64) -> String {
     if v > 0.0 {
         format!("+{}", fmt_value(v))
     } else {
@@ -75,7 +78,8 @@ fn fmt_signed(v: f64) -> String {
     }
 }
 
-fn fmt_bytes(b: f64) -> String {
+/// Bytes in B, kB, MB or GB (powers of 10).
+pub fn fmt_bytes(b: f64) -> String {
     let a = b.abs();
     if a >= 1e9 {
         format!("{:.2} GB", b / 1e9)

@@ -73,6 +73,11 @@ struct Prepared {
     spans: Vec<SpanDef>,
     queries: Option<QueryPool>,
     recorded: bool,
+    /// The submit chunk each step belongs to (GPU spans name the submit that ran them).
+    chunk_of_step: Vec<u32>,
+    /// What the host reads back after the step: the logits, the GPU argmax, or both.
+    reads_logits: bool,
+    reads_argmax: bool,
 }
 
 /// A cached descriptor set's key: the pipeline and the (buffer, offset, bytes) of each binding.
@@ -642,6 +647,20 @@ impl Engine {
         } else {
             Some(self.rec.create_query_pool(2 * spans.len() as u32)?)
         };
+        let mut chunk_of_step = vec![0u32; steps.len()];
+        for (c, (_, range)) in chunks.iter().enumerate() {
+            for i in range.clone() {
+                chunk_of_step[i] = c as u32;
+            }
+        }
+        let host_reads = |buf: Buf| {
+            steps.iter().any(|s| {
+                matches!(s.action, Action::HostRead)
+                    && s.binds.first().is_some_and(|b| b.range.buf == buf)
+            })
+        };
+        let (reads_logits, reads_argmax) =
+            (host_reads(Buf::LogitsReadback), host_reads(Buf::ArgmaxOut));
         let mut prepared = Prepared {
             n_tokens,
             steps,
@@ -650,6 +669,9 @@ impl Engine {
             spans,
             queries,
             recorded: false,
+            chunk_of_step,
+            reads_logits,
+            reads_argmax,
         };
         // Pipelines, and descriptor sets bound once.
         for i in 0..prepared.steps.len() {
@@ -1011,12 +1033,8 @@ impl Engine {
                 rec.reset_queries(q, 0, q.count())?;
             }
         });
-        let mut chunk_of_step = vec![0u32; p.steps.len()];
         let last = p.chunks.len() - 1;
         for c in 0..p.chunks.len() {
-            for i in p.chunks[c].1.clone() {
-                chunk_of_step[i] = c as u32;
-            }
             if !replay {
                 self.record_chunk(p, c, pos0, log)?;
             }
@@ -1033,20 +1051,8 @@ impl Engine {
         }
         let wait_end = host_now_ns();
         // Readback: the token (and the logits where they are read back).
-        let logits_read = p.steps.iter().any(|s| {
-            matches!(s.action, Action::HostRead)
-                && s.binds
-                    .first()
-                    .is_some_and(|b| b.range.buf == Buf::LogitsReadback)
-        });
-        let argmax_read = p.steps.iter().any(|s| {
-            matches!(s.action, Action::HostRead)
-                && s.binds
-                    .first()
-                    .is_some_and(|b| b.range.buf == Buf::ArgmaxOut)
-        });
         let (logits, gpu_token, raw_ts) = host_span!(log, "readback", 1, {
-            let logits = if logits_read {
+            let logits = if p.reads_logits {
                 let mut bytes = vec![0u8; self.shape.vocab as usize * 4];
                 let b = self
                     .bufs
@@ -1062,7 +1068,7 @@ impl Engine {
             } else {
                 None
             };
-            let gpu_token = if argmax_read {
+            let gpu_token = if p.reads_argmax {
                 let mut word = [0u8; 4];
                 let b = self
                     .bufs
@@ -1086,7 +1092,7 @@ impl Engine {
                 (None, None) => bail!("internal: the program read back neither logits nor a token"),
             }
         });
-        let (gpu_spans, busy) = self.gpu_spans(p, &raw_ts, &chunk_of_step, wait_end, start_ns);
+        let (gpu_spans, busy) = self.gpu_spans(p, &raw_ts, wait_end, start_ns);
         Ok((
             StepOutput {
                 logits,
@@ -1103,7 +1109,6 @@ impl Engine {
         &self,
         p: &Prepared,
         raw: &[u64],
-        chunk_of_step: &[u32],
         wait_end: u64,
         start_ns: u64,
     ) -> (Vec<GpuSpan>, Option<u64>) {
@@ -1137,7 +1142,7 @@ impl Engine {
                     start,
                     end.saturating_sub(start),
                     0,
-                    chunk_of_step[s.first],
+                    p.chunk_of_step[s.first],
                 )
             })
             .collect();

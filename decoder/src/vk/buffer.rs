@@ -25,8 +25,6 @@ pub enum Memory {
 pub struct BufferDesc {
     pub bytes: u64,
     pub memory: Memory,
-    /// Also usable as an indirect-dispatch argument buffer.
-    pub indirect: bool,
 }
 
 impl BufferDesc {
@@ -34,21 +32,18 @@ impl BufferDesc {
         BufferDesc {
             bytes,
             memory: Memory::Device,
-            indirect: false,
         }
     }
     pub fn upload(bytes: u64) -> Self {
         BufferDesc {
             bytes,
             memory: Memory::Upload,
-            indirect: false,
         }
     }
     pub fn readback(bytes: u64) -> Self {
         BufferDesc {
             bytes,
             memory: Memory::Readback,
-            indirect: false,
         }
     }
 }
@@ -151,12 +146,9 @@ impl Gpu {
                 max: s.info.max_storage_buffer_range,
             });
         }
-        let mut usage = vk::BufferUsageFlags::STORAGE_BUFFER
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;
-        if desc.indirect {
-            usage |= vk::BufferUsageFlags::INDIRECT_BUFFER;
-        }
         let families: Vec<u32> = std::iter::once(s.compute_family)
             .chain(s.transfer.map(|(f, _)| f))
             .collect();

@@ -443,16 +443,6 @@ impl Recorder {
         }
     }
 
-    /// A dispatch whose group counts are read from `args` at `offset` (three u32) when it runs.
-    pub fn dispatch_indirect(&mut self, cmd: Cmd, args: &Buffer, offset: u64) {
-        self.cmd_counts(cmd).dispatches += 1;
-        // SAFETY: `args` was created with indirect usage (checked by validation in tests).
-        unsafe {
-            self.dev()
-                .cmd_dispatch_indirect(cmd.handle, args.handle, offset)
-        }
-    }
-
     /// Copies `src` to `dst` at `dst_offset`.
     pub fn copy(&mut self, cmd: Cmd, src: BufRange<'_>, dst: &Buffer, dst_offset: u64) {
         self.cmd_counts(cmd).transfer_commands += 1;
@@ -468,7 +458,7 @@ impl Recorder {
     }
 
     /// One global memory barrier making every earlier compute and transfer write visible to every
-    /// later compute, transfer, indirect and host access.
+    /// later compute, transfer and host access.
     pub fn full_barrier(&mut self, cmd: Cmd) {
         let c = self.cmd_counts(cmd);
         c.barrier_calls += 1;
@@ -480,7 +470,6 @@ impl Recorder {
                     | vk::AccessFlags::SHADER_WRITE
                     | vk::AccessFlags::TRANSFER_READ
                     | vk::AccessFlags::TRANSFER_WRITE
-                    | vk::AccessFlags::INDIRECT_COMMAND_READ
                     | vk::AccessFlags::HOST_READ,
             );
         let (src, dst) = match cmd.queue {
@@ -488,7 +477,6 @@ impl Recorder {
                 vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
                 vk::PipelineStageFlags::COMPUTE_SHADER
                     | vk::PipelineStageFlags::TRANSFER
-                    | vk::PipelineStageFlags::DRAW_INDIRECT
                     | vk::PipelineStageFlags::HOST,
             ),
             Queue::Transfer => (

@@ -1,47 +1,7 @@
-//! Number formatting. Table values use [`profiler::fmt_value`] so the viewer prints the numbers
-//! `profiler diff` prints; the helpers here add signs, percentages, bytes and durations the same
-//! way the profiler's report does.
+//! Number formatting: values, signs, percentages and bytes come from the profiler's report so the
+//! viewer prints the numbers `profiler diff` prints; durations and axis ticks are the viewer's own.
 
-pub use profiler::fmt_value;
-
-/// `+1.50`, `-3`, `0`.
-pub fn fmt_signed(v: f64) -> String {
-    if v > 0.0 {
-        format!("+{}", fmt_value(v))
-    } else {
-        fmt_value(v)
-    }
-}
-
-/// A relative change as a signed percentage, `-` when there is none.
-pub fn fmt_rel(rel: Option<f64>) -> String {
-    match rel {
-        Some(r) => {
-            let s = format!("{:.1}%", r * 100.0);
-            if r > 0.0 { format!("+{s}") } else { s }
-        }
-        None => "-".to_owned(),
-    }
-}
-
-/// A share in 0..=1 as a percentage.
-pub fn fmt_pct(share: f64) -> String {
-    format!("{:.1}%", share * 100.0)
-}
-
-/// Bytes in B, kB, MB or GB (powers of 10).
-pub fn fmt_bytes(b: f64) -> String {
-    let a = b.abs();
-    if a >= 1e9 {
-        format!("{:.2} GB", b / 1e9)
-    } else if a >= 1e6 {
-        format!("{:.2} MB", b / 1e6)
-    } else if a >= 1e3 {
-        format!("{:.2} kB", b / 1e3)
-    } else {
-        format!("{b:.0} B")
-    }
-}
+pub use profiler::{fmt_bytes, fmt_pct, fmt_rel, fmt_signed, fmt_value};
 
 /// A duration given in ns, in ns, us, ms or s with three significant digits or so.
 pub fn fmt_ns(ns: f64) -> String {
