@@ -2,6 +2,7 @@
 //!
 //! - [`model`]: checkpoint config, weights, tokenizer, synthetic checkpoints and the CPU reference.
 //! - [`gguf`]: GGUF reading and import into a Hugging Face checkpoint.
+//! - [`kv`]: KV cache layouts (contiguous, paged, rotating) and the paged block allocator.
 //! - [`vk`]: the only module holding raw Vulkan handles and `unsafe`.
 //! - [`cli`]: the `decoder` command line.
 
@@ -10,6 +11,7 @@ pub mod cli;
 pub mod exec;
 pub mod generate;
 pub mod gguf;
+pub mod kv;
 pub mod model;
 pub mod shaders;
 pub mod vk;
