@@ -260,6 +260,27 @@ fn comparability(a: &Trace, b: &Trace, ignore: &[String]) -> Vec<Mismatch> {
             ma.run.kv_layout.clone(),
             mb.run.kv_layout.clone(),
         ),
+        ("run.kv_dtype", kv_dtype(&ma.run), kv_dtype(&mb.run)),
+        (
+            "run.kv_block_size",
+            ma.run.kv_block_size.to_string(),
+            mb.run.kv_block_size.to_string(),
+        ),
+        (
+            "run.kv_window",
+            ma.run.kv_window.to_string(),
+            mb.run.kv_window.to_string(),
+        ),
+        (
+            "run.paged_attention",
+            ma.run.paged_attention.clone(),
+            mb.run.paged_attention.clone(),
+        ),
+        (
+            "run.batch",
+            ma.run.batch.max(1).to_string(),
+            mb.run.batch.max(1).to_string(),
+        ),
         (
             "run.timestamps",
             ma.run.timestamps.clone(),
@@ -278,6 +299,15 @@ fn comparability(a: &Trace, b: &Trace, ignore: &[String]) -> Vec<Mismatch> {
             b,
         })
         .collect()
+}
+
+/// The KV element type; traces written before the field existed kept f32 caches.
+fn kv_dtype(r: &crate::trace::RunMeta) -> String {
+    if r.kv_dtype.is_empty() {
+        "f32".into()
+    } else {
+        r.kv_dtype.clone()
+    }
 }
 
 fn shape(m: &crate::trace::ModelMeta) -> String {

@@ -634,6 +634,7 @@ pub fn synthetic_trace(opts: &SynthOptions) -> Trace {
                 timestamps: opts.timestamps.name().into(),
                 generated_ids,
                 generated_text: String::new(),
+                ..Default::default()
             },
         },
         ops: table.ops,

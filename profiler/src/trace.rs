@@ -26,7 +26,8 @@ pub struct Trace {
     pub meta: Meta,
     /// Every label a GPU span can name, with its per-op facts. Spans refer to it by index.
     pub ops: Vec<OpInfo>,
-    /// One record per step: the prefill (one record for the whole prompt) then one per decode token.
+    /// One record per step: the prefill (one record per prompt chunk of each sequence) then one
+    /// per decode step (one token of every sequence).
     pub tokens: Vec<TokenRecord>,
 }
 
@@ -151,9 +152,27 @@ pub struct RunMeta {
     /// Positions already in the KV cache before the prompt (a synthetic context), usually 0.
     #[serde(default)]
     pub context: u32,
-    /// `contiguous`, `paged:BLOCK`, ...
+    /// `contiguous`, `paged:BLOCK` or `rotating:WINDOW`.
     #[serde(default)]
     pub kv_layout: String,
+    /// KV cache element type, `f16` or `f32` (empty in traces older than the field: f32).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kv_dtype: String,
+    /// Paged layout: positions per block (0 otherwise).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub kv_block_size: u32,
+    /// Sliding-window attention span in positions (0: full causal attention).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub kv_window: u32,
+    /// Paged layout: `gather` or `fused` attention (empty otherwise).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub paged_attention: String,
+    /// Sequences decoded together; a decode record's `n_tokens` is this many sequence-tokens.
+    #[serde(default = "one", skip_serializing_if = "at_most_one")]
+    pub batch: u32,
+    /// Most prompt tokens one prefill record processes (0: the whole prompt at once).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub prefill_chunk: u32,
     /// `off`, `token`, `region` or `dispatch`.
     pub timestamps: String,
     /// Generated token ids, in order (the prefill's token first).
@@ -161,6 +180,19 @@ pub struct RunMeta {
     pub generated_ids: Vec<u32>,
     #[serde(default)]
     pub generated_text: String,
+}
+
+fn one() -> u32 {
+    1
+}
+fn at_most_one(v: &u32) -> bool {
+    *v <= 1
+}
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 /// What a label does and what it costs, from the shapes alone.
@@ -267,12 +299,17 @@ pub struct Counters {
     pub bytes_to_device: u64,
     pub bytes_from_device: u64,
     pub timestamp_writes: u64,
+    /// K and V bytes copied on the device by the paged layout's gather (read from the blocks
+    /// plus written to the contiguous scratch); 0 for the other attention paths (and then not
+    /// written to the file).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub kv_bytes_copied: u64,
 }
 
 impl Counters {
     /// Names of every counter, in the order [`Counters::values`] returns them; `submits` is the
     /// sum of both queues.
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 18] = [
         "submits",
         "submits_compute",
         "submits_transfer",
@@ -290,6 +327,7 @@ impl Counters {
         "bytes_to_device",
         "bytes_from_device",
         "timestamp_writes",
+        "kv_bytes_copied",
     ];
 
     pub fn submits(&self) -> u64 {
@@ -297,7 +335,7 @@ impl Counters {
     }
 
     /// Values in the order of [`Counters::NAMES`].
-    pub fn values(&self) -> [u64; 17] {
+    pub fn values(&self) -> [u64; 18] {
         [
             self.submits(),
             self.submits_compute,
@@ -316,6 +354,7 @@ impl Counters {
             self.bytes_to_device,
             self.bytes_from_device,
             self.timestamp_writes,
+            self.kv_bytes_copied,
         ]
     }
 
@@ -342,6 +381,7 @@ impl Counters {
         self.bytes_to_device += o.bytes_to_device;
         self.bytes_from_device += o.bytes_from_device;
         self.timestamp_writes += o.timestamp_writes;
+        self.kv_bytes_copied += o.kv_bytes_copied;
     }
 }
 
