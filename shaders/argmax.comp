@@ -1,8 +1,10 @@
 #version 460
-// Greedy sampling on the GPU: out[0] = argmax(x[0..n]) (the lowest index on ties), out[1] = the
-// max value's f32 bits. One workgroup: each invocation scans a strided share keeping its first
+// Greedy sampling on the GPU, one workgroup per row t of x [rows, n]: out[t] = argmax(x[t, 0..n])
+// (the lowest index on ties), out[rows + t] = the max value's f32 bits (so the host reads the
+// tokens as one contiguous range). Each invocation scans a strided share keeping its first
 // maximum, then a shared-memory tree keeps (larger value, then lower index).
-// Bindings: 0 x f32 [n], 1 out u32 [2]. Groups: (1, 1, 1). WG must be a power of two.
+// Bindings: 0 x f32 [rows, n], 1 out u32 [2 rows]. Groups: (rows, 1, 1). WG must be a power of
+// two.
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -22,11 +24,12 @@ shared uint best_i[WG];
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
+    uint row = gl_WorkGroupID.x;
     const uint NONE = 0xffffffffu;
     float bv = uintBitsToFloat(0xff800000u);
     uint bi = NONE;
     for (uint i = tid; i < pc.n; i += WG) {
-        float v = x[i];
+        float v = x[row * pc.n + i];
         // Indices rise within one invocation, so strict > keeps the first maximum.
         if (bi == NONE || v > bv) {
             bv = v;
@@ -49,7 +52,7 @@ void main() {
         barrier();
     }
     if (tid == 0) {
-        result[0] = best_i[0];
-        result[1] = floatBitsToUint(best_v[0]);
+        result[row] = best_i[0];
+        result[gl_NumWorkGroups.x + row] = floatBitsToUint(best_v[0]);
     }
 }

@@ -1,9 +1,9 @@
 #version 460
-// Merges the split-K partials of attn_split for each head h:
-//   out[h] = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s,  M = max_s m_s.
-// Empty splits (m = -inf) weigh 0; a head with no positions at all gets 0. One workgroup per head.
-// Bindings: 0 partial f32 [heads, n_splits, hd + 2], 1 out f32 [heads, hd].
-// Groups: (heads, 1, 1). WG must be a power of two.
+// Merges the split-K partials of attn_split for each row t and head h:
+//   out[t, h] = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s,  M = max_s m_s.
+// Empty splits (m = -inf) weigh 0; a head with no positions at all gets 0. One workgroup per
+// (head, row). Bindings: 0 partial f32 [n, heads, n_splits, hd + 2], 1 out f32 [n, heads, hd].
+// Groups: (heads, n, 1). WG must be a power of two.
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -30,11 +30,12 @@ float split_weight(float m, float big_m) {
 
 void main() {
     uint h = gl_WorkGroupID.x;
+    uint t = gl_WorkGroupID.y;
     // Uniform over the workgroup: the whole group leaves before any barrier.
     if (h >= pc.heads) return;
     uint tid = gl_LocalInvocationID.x;
     uint stride = pc.head_dim + 2;
-    uint base = h * pc.n_splits * stride;
+    uint base = (t * pc.heads + h) * pc.n_splits * stride;
 
     float m = uintBitsToFloat(0xff800000u);
     for (uint s = tid; s < pc.n_splits; s += WG) m = max(m, partial[base + s * stride]);
@@ -56,6 +57,6 @@ void main() {
             float wgt = (s < CACHED_SPLITS) ? weight_sh[s] : split_weight(partial[base + s * stride], big_m);
             acc += wgt * partial[base + s * stride + 2 + d];
         }
-        y[h * pc.head_dim + d] = acc * inv;
+        y[(t * pc.heads + h) * pc.head_dim + d] = acc * inv;
     }
 }

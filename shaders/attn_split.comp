@@ -1,10 +1,17 @@
 #version 460
-// Split-K decode attention for one query row over params.kv_len cached positions, with GQA
-// folding. Workgroup (s, kvh) covers positions [s * chunk, min(kv_len, (s + 1) * chunk)),
-// chunk = ceil(kv_len / n_splits), for ALL G = heads / kv_heads query heads of KV head kvh, so
-// each K and V element is read from memory once per workgroup. It writes, for each of those
-// heads h, partial[h, s] = (m, l, o[0..hd]): the max scaled score, the sum of exp(score - m) and
-// the unnormalized output sum exp(score - m) * v (an empty split writes m = -inf, l = 0, o = 0).
+// Split-K decode attention for the rows of a decode step (one query row per sequence), with GQA
+// folding. Row t is position pos_t of sequence seq_t and attends positions [lo_t, pos_t] (rows[t]
+// = (pos_t, seq_t, lo_t)). Workgroup (s, kvh, t) covers the positions [lo_t + s * chunk, ...)
+// of row t, chunk = ceil(span / n_splits) rounded up to a multiple of 32 (span = pos_t + 1 -
+// lo_t), for ALL G = heads / kv_heads query heads of KV head kvh, so each K and V element is read
+// from memory once per workgroup. It writes, for each of those heads h, partial[t, h, s] = (m, l,
+// o[0..hd]): the max scaled score, the sum of exp(score - m) and the unnormalized output sum
+// exp(score - m) * v (an empty split writes m = -inf, l = 0, o = 0).
+//
+// K and V are read through the layout of shaders/kv.glsl (contiguous, paged or rotating; f16 or
+// f32). For the paged layout the split's slice of the block table is staged in shared memory
+// (TBL_SH entries at a time) and each tile's slots come from it; a tile past the table's staged
+// slice restages it.
 //
 // The split is processed in tiles of TILE positions:
 //   1. the whole workgroup copies the tile's K and V rows into shared memory with coalesced
@@ -17,27 +24,34 @@
 //   4. every invocation owns fixed output slots (head, d), kept in registers for the whole run:
 //      o = o * alpha + sum_p p * V[p, d].
 //
-// Limits: head_dim % 4 == 0, head_dim <= 128, G <= 8, WG >= 32 (about 21 KiB of shared memory
-// whatever WG is). On an H200, WG = 256 with splits of 16 to 64 positions was fastest.
-// Bindings: 0 params, 1 q f32 [heads, hd], 2 k_cache f32 [max_seq, kv_heads, hd],
-// 3 v_cache f32 [max_seq, kv_heads, hd], 4 partial f32 [heads, n_splits, hd + 2].
-// Groups: (n_splits, kv_heads, 1).
+// Limits: head_dim % 4 == 0, head_dim <= 128, G <= 8, WG >= 32 (about 23 KiB of shared memory
+// with TILE = 16, 39 KiB with 32, whatever WG is).
+// Bindings: 0 params, 1 q f32 [n, heads, hd], 2 block tables, 3 k_cache, 4 v_cache,
+// 5 partial f32 [n, heads, n_splits, hd + 2]. Spec: 0 WG, 1 TILE, 4..7 the KV layout.
+// Groups: (n_splits, kv_heads, n).
 #include "common.glsl"
+
+#define KV_TABLE_BINDING 2
+#define KV_K_BINDING 3
+#define KV_V_BINDING 4
+#define KV_READ
+#include "kv.glsl"
 
 layout(local_size_x_id = 0) in;
 
 const uint MAX_G = 8;
 const uint MAX_HD4 = 32;       // head_dim / 4 <= 32
 const uint PAD_HD4 = MAX_HD4 + 1;  // padded row stride: rows read column-wise hit distinct banks
-const uint TILE = 16;
+// Positions per tile (spec 1): 16 on CPU drivers (32 KiB of shared memory), 32 on GPUs.
+layout(constant_id = 1) const uint TILE = 16;
+// Block-table entries staged in shared memory at a time (paged layout).
+const uint TBL_SH = 256;
 // Output slots (head, d) per invocation: slot = tid + k * WG for k < O_PER.
 const uint O_PER = (MAX_G * MAX_HD4 * 4 + WG - 1) / WG;
 
-layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; };
+layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) readonly buffer Q { vec4 q4[]; };
-layout(set = 0, binding = 2) readonly buffer K { vec4 k4[]; };
-layout(set = 0, binding = 3) readonly buffer V { vec4 v4[]; };
-layout(set = 0, binding = 4) writeonly buffer Partial { float partial[]; };
+layout(set = 0, binding = 5) writeonly buffer Partial { float partial[]; };
 
 layout(push_constant) uniform Push {
     uint heads;
@@ -55,27 +69,37 @@ shared vec4 k_sh[TILE * PAD_HD4];   // the tile's K rows (padded rows)
 shared vec4 v_sh[TILE * MAX_HD4];   // the tile's V rows
 shared float p_sh[MAX_G * TILE];    // scores, then probabilities: [G, TILE]
 shared float alpha_sh[MAX_G];       // this tile's rescale factor per head
+shared uint tbl_sh[TBL_SH];         // paged: blocks seg0 .. seg0 + TBL_SH of the row's table
 
 void main() {
     uint split = gl_WorkGroupID.x;
     uint kvh = gl_WorkGroupID.y;
+    uint t = gl_WorkGroupID.z;
     // Uniform over the workgroup: the whole group leaves before any barrier.
-    if (split >= pc.n_splits || kvh >= pc.kv_heads) return;
+    if (split >= pc.n_splits || kvh >= pc.kv_heads || t >= params.n_tokens) return;
     uint tid = gl_LocalInvocationID.x;
     uint group = pc.heads / pc.kv_heads;
     uint hd = pc.head_dim;
     uint hd4 = hd / 4;
     float neg_inf = uintBitsToFloat(0xff800000u);
 
-    uint kv_len = params.kv_len;
-    uint chunk = (kv_len + pc.n_splits - 1) / pc.n_splits;
-    uint begin = min(kv_len, split * chunk);
-    uint end = min(kv_len, begin + chunk);
+    uvec4 row = rows[t];
+    uint seq = row.y;
+    uint lo = row.z;
+    uint stop = row.x + 1;
+    uint span = stop - lo;
+    // Splits start at multiples of 32 positions from lo (whatever TILE is), so a paged split's
+    // tiles never straddle more blocks than they must.
+    uint chunk = ((span + pc.n_splits - 1) / pc.n_splits + 31) / 32 * 32;
+    uint begin = min(stop, lo + split * chunk);
+    uint end = min(stop, begin + chunk);
 
     for (uint i = tid; i < group * hd4; i += WG) {
         uint g = i / hd4;
-        q_sh[g * PAD_HD4 + (i - g * hd4)] = q4[kvh * group * hd4 + i] * pc.scale;
+        q_sh[g * PAD_HD4 + (i - g * hd4)] = q4[(t * pc.heads + kvh * group) * hd4 + i] * pc.scale;
     }
+    // Paged: the first staged block; forces a staging before the first tile.
+    uint seg0 = 0xffffffffu;
 
     // Running max and sum of exp, kept by invocation g < group for head g.
     float m_run = neg_inf;
@@ -95,13 +119,27 @@ void main() {
     for (uint t0 = begin; t0 < end; t0 += TILE) {
         uint n = min(TILE, end - t0);
 
+        // 0. Paged: stage the slice of the block table that covers this tile (uniform decision).
+        if (KV_LAYOUT == 1u && (seg0 == 0xffffffffu || (t0 + n - 1) / KV_UNIT >= seg0 + TBL_SH)) {
+            seg0 = t0 / KV_UNIT;
+            uint last = (end - 1) / KV_UNIT;
+            uint count = min(TBL_SH, last + 1 - seg0);
+            barrier();
+            for (uint i = tid; i < count; i += WG) tbl_sh[i] = kv_block(seq, seg0 + i);
+            barrier();
+        }
+
         // 1. Copy the tile's K and V rows.
         for (uint i = tid; i < n * hd4; i += WG) {
             uint p = i / hd4;
             uint c = i - p * hd4;
-            uint src = (t0 + p) * row4 + kvh * hd4 + c;
-            k_sh[p * PAD_HD4 + c] = k4[src];
-            v_sh[p * MAX_HD4 + c] = v4[src];
+            uint pos = t0 + p;
+            uint slot = (KV_LAYOUT == 1u)
+                ? tbl_sh[pos / KV_UNIT - seg0] * KV_UNIT + pos % KV_UNIT
+                : kv_slot(seq, pos);
+            uint src = slot * row4 + kvh * hd4 + c;
+            k_sh[p * PAD_HD4 + c] = k_load4(src);
+            v_sh[p * MAX_HD4 + c] = v_load4(src);
         }
         barrier();
 
@@ -162,11 +200,11 @@ void main() {
         if (slot < group * hd) {
             uint g = slot / hd;
             uint d = slot - g * hd;
-            partial[((kvh * group + g) * pc.n_splits + split) * stride + 2 + d] = o[k];
+            partial[((t * pc.heads + kvh * group + g) * pc.n_splits + split) * stride + 2 + d] = o[k];
         }
     }
     if (tid < group) {
-        uint b = ((kvh * group + tid) * pc.n_splits + split) * stride;
+        uint b = ((t * pc.heads + kvh * group + tid) * pc.n_splits + split) * stride;
         partial[b] = m_run;
         partial[b + 1] = l_run;
     }

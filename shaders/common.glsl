@@ -8,15 +8,20 @@
 // - the workgroup size is specialization constant 0 (`WG`).
 
 #extension GL_EXT_control_flow_attributes : enable
+#extension GL_EXT_shader_16bit_storage : require
 
 layout(constant_id = 0) const uint WG = 256;
 
-// Per-step values written by the host before each submit.
+// Per-step values written by the host before each submit. The params buffer holds this header
+// followed by one `uvec4` per token row of the step (kernels that need them declare
+// `uvec4 rows[]` after the header): rows[t] = (pos, seq, lo, 0): row t is position `pos` of
+// sequence `seq` and attends positions lo..pos (lo > 0 only under a sliding window). A prompt
+// step's rows are consecutive positions of one sequence; a decode step has one row per sequence.
 struct TokenParams {
-    uint pos0;      // position of the step's first token
-    uint n_tokens;  // tokens in this step (1 when decoding)
-    uint kv_len;    // cached positions attended by the step's last token (pos0 + n_tokens)
-    uint pad0;
+    uint pos0;      // position of the step's first row
+    uint n_tokens;  // rows in this step (the batch when decoding)
+    uint kv_len;    // the largest pos + 1 over the step's rows
+    uint n_seqs;    // sequences in this step
 };
 
 // Block-wide sum over WG invocations through shared memory; every invocation gets the total.

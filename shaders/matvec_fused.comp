@@ -1,5 +1,6 @@
 #version 460
-// Fused decode matvec (one token): y = W . f(x), with an optional RMSNorm folded in front and an
+// Fused decode matvec, one row t of x per workgroup row (gl_WorkGroupID.y; one token per sequence
+// when decoding a batch): y[t] = W . f(x[t]), with an optional RMSNorm folded in front and an
 // epilogue chosen by specialization constants.
 //   NORM = 1: f(x) = x * rsqrt(mean(x^2) + eps) * norm_w, else f(x) = x. The norm's scale is a
 //     scalar, so y_r = rsqrt(mean(x^2) + eps) * dot(W_r, x * norm_w); the sum of squares is
@@ -10,9 +11,9 @@
 // walks the columns in steps of 8 (cols % 8 == 0: one 16-byte uvec4 load per row) or 4 (one
 // 8-byte uvec2 load), loads x once per step and reuses it for all of its rows. The partial sums
 // are reduced with subgroupAdd, then across subgroups through shared memory (any subgroup size).
-// Bindings: 0 W f16 [rows (x2 for SwiGLU), cols], 1 x f32 [cols], 2 y f32 [rows],
+// Bindings: 0 W f16 [rows (x2 for SwiGLU), cols], 1 x f32 [n, cols], 2 y f32 [n, rows],
 // 3 norm_w f32 [cols] (bound even when NORM = 0). cols % 4 == 0.
-// Spec: 0 WG, 1 ROWS, 2 NORM, 3 EPILOGUE. Groups: (ceil(rows / ROWS), 1, 1).
+// Spec: 0 WG, 1 ROWS, 2 NORM, 3 EPILOGUE. Groups: (ceil(rows / ROWS), n, 1).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -62,6 +63,9 @@ float dot4(uvec2 q, vec4 a) {
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint r0 = gl_WorkGroupID.x * ROWS;
+    uint tok = gl_WorkGroupID.y;
+    uint xo4 = tok * (pc.cols / 4);  // row tok of x, in vec4s
+    uint yo = tok * pc.rows;         // row tok of y
     // Uniform over the workgroup: the whole group leaves before any barrier.
     if (r0 >= pc.rows) return;
 
@@ -76,8 +80,8 @@ void main() {
     if ((pc.cols & 7u) == 0u) {
         uint n8 = pc.cols / 8;
         for (uint i = tid; i < n8; i += WG) {
-            vec4 a = x4[2 * i];
-            vec4 b = x4[2 * i + 1];
+            vec4 a = x4[xo4 + 2 * i];
+            vec4 b = x4[xo4 + 2 * i + 1];
             if (NORM == 1) {
                 ss += dot(a, a) + dot(b, b);
                 a *= nw4[2 * i];
@@ -88,7 +92,7 @@ void main() {
     } else {
         uint n4 = pc.cols / 4;
         for (uint i = tid; i < n4; i += WG) {
-            vec4 a = x4[i];
+            vec4 a = x4[xo4 + i];
             if (NORM == 1) {
                 ss += dot(a, a);
                 a *= nw4[i];
@@ -124,11 +128,11 @@ void main() {
             float u = 0.0;
             for (uint i = 0; i < nsg; i++) u += sg_sums[(tid + ROWS) * WG + i];
             u *= scale;
-            y[r] = a / (1.0 + exp(-a)) * u;
+            y[yo + r] = a / (1.0 + exp(-a)) * u;
         } else if (EPILOGUE == 1) {
-            y[r] += a;
+            y[yo + r] += a;
         } else {
-            y[r] = a;
+            y[yo + r] = a;
         }
     }
 }

@@ -1,13 +1,13 @@
 #version 460
-// In-place causal softmax of each score row s[t, h, 0 .. params.pos0 + t + 1] (f32,
-// max-subtracted); entries past the row's length are left untouched. One workgroup per row.
-// Bindings: 0 params, 1 scores f32 [n_tokens, heads, stride] (read-write).
+// In-place softmax of each score row s[t, h, lo_t .. pos_t] (f32, max-subtracted; rows[t] =
+// (pos_t, seq_t, lo_t)); entries outside the row's range are left untouched. One workgroup per
+// row. Bindings: 0 params, 1 scores f32 [n_tokens, heads, stride] (read-write).
 // Groups: (heads, n_tokens, 1). WG must be a power of two.
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
 
-layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; };
+layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) buffer S { float s[]; };
 
 layout(push_constant) uniform Push {
@@ -22,21 +22,22 @@ void main() {
     uint t = gl_WorkGroupID.y;
     // Uniform over the workgroup: the whole group leaves before any barrier.
     if (h >= pc.heads || t >= params.n_tokens) return;
-    uint len = min(params.pos0 + t + 1, pc.stride);
+    uint lo = rows[t].z;
+    uint end = min(rows[t].x + 1, pc.stride);
     uint base = (t * pc.heads + h) * pc.stride;
     uint tid = gl_LocalInvocationID.x;
 
     float m = uintBitsToFloat(0xff800000u);  // -inf
-    for (uint j = tid; j < len; j += WG) m = max(m, s[base + j]);
+    for (uint j = lo + tid; j < end; j += WG) m = max(m, s[base + j]);
     m = block_max(m);
 
     float sum = 0.0;
-    for (uint j = tid; j < len; j += WG) {
+    for (uint j = lo + tid; j < end; j += WG) {
         float e = exp(s[base + j] - m);
         s[base + j] = e;
         sum += e;
     }
     float inv = 1.0 / block_sum(sum);
     // Each invocation rescales the entries it wrote itself.
-    for (uint j = tid; j < len; j += WG) s[base + j] *= inv;
+    for (uint j = lo + tid; j < end; j += WG) s[base + j] *= inv;
 }

@@ -34,6 +34,151 @@ pub trait Backend {
     -> anyhow::Result<StepOutput>;
 }
 
+/// One sequence's part of a batched step: `tokens` at positions `pos..` of sequence `seq`.
+#[derive(Debug, Clone, Copy)]
+pub struct SeqStep<'a> {
+    pub seq: usize,
+    pub tokens: &'a [u32],
+    pub pos: usize,
+}
+
+/// A decoder that runs several sequences, each with its own KV cache: prompts one sequence at a
+/// time, then one token of every sequence per decode step.
+pub trait BatchBackend {
+    /// Sequences decoded together.
+    fn batch(&self) -> usize;
+    /// Runs `steps` (a prompt of one or more sequences, or one token of every sequence) and
+    /// returns each step's last-position output, in order.
+    fn step_batch(
+        &mut self,
+        steps: &[SeqStep<'_>],
+        want_logits: bool,
+    ) -> anyhow::Result<Vec<StepOutput>>;
+}
+
+/// B independent single-sequence backends (for example CPU references) as one batch.
+impl<B: Backend> BatchBackend for Vec<B> {
+    fn batch(&self) -> usize {
+        self.len()
+    }
+    fn step_batch(
+        &mut self,
+        steps: &[SeqStep<'_>],
+        want_logits: bool,
+    ) -> anyhow::Result<Vec<StepOutput>> {
+        steps
+            .iter()
+            .map(|s| {
+                let n = self.len();
+                let b = self.get_mut(s.seq).ok_or_else(|| {
+                    anyhow::anyhow!("sequence {} is past the batch of {n}", s.seq)
+                })?;
+                b.step(s.tokens, s.pos, want_logits)
+            })
+            .collect()
+    }
+}
+
+/// Greedy generation of `steps` tokens for every prompt of a batch (EOS ignored): each prompt is
+/// prefilled on its own, then every decode step advances all sequences by one token. Returns
+/// each sequence's generated ids and, with `dump_logits`, the logits they were chosen from.
+pub fn generate_batch(
+    backend: &mut dyn BatchBackend,
+    prompts: &[Vec<u32>],
+    steps: usize,
+    dump_logits: bool,
+) -> anyhow::Result<Vec<Generation>> {
+    anyhow::ensure!(
+        prompts.len() == backend.batch(),
+        "{} prompts for a batch of {} sequences",
+        prompts.len(),
+        backend.batch()
+    );
+    anyhow::ensure!(
+        prompts.iter().all(|p| !p.is_empty()),
+        "every prompt of a batch needs at least one token"
+    );
+    let mut outs: Vec<Generation> = prompts
+        .iter()
+        .map(|p| Generation {
+            prompt_tokens: p.len(),
+            ids: Vec::with_capacity(steps),
+            logits: Vec::new(),
+            vocab: 0,
+            text: String::new(),
+            stop: StopReason::MaxTokens,
+            prefill_ns: 0,
+            decode_ns: 0,
+            step_ns: Vec::with_capacity(steps),
+        })
+        .collect();
+    let record =
+        |outs: &mut Vec<Generation>, seq: usize, o: &StepOutput, ns: u64, prefill: bool| {
+            let g = &mut outs[seq];
+            if let Some(l) = &o.logits {
+                g.vocab = l.len();
+                if dump_logits {
+                    g.logits.extend_from_slice(l);
+                }
+            }
+            g.ids.push(o.argmax);
+            g.step_ns.push(ns);
+            if prefill {
+                g.prefill_ns = ns;
+            } else {
+                g.decode_ns += ns;
+            }
+        };
+    if steps == 0 {
+        return Ok(outs);
+    }
+    for (seq, p) in prompts.iter().enumerate() {
+        let start = Instant::now();
+        let o = backend
+            .step_batch(
+                &[SeqStep {
+                    seq,
+                    tokens: p,
+                    pos: 0,
+                }],
+                dump_logits,
+            )
+            .with_context(|| format!("prefill of sequence {seq} failed"))?;
+        let o = o
+            .into_iter()
+            .next()
+            .context("the backend returned no output for a prompt")?;
+        record(&mut outs, seq, &o, start.elapsed().as_nanos() as u64, true);
+    }
+    for step in 1..steps {
+        let last: Vec<[u32; 1]> = outs.iter().map(|g| [g.ids[g.ids.len() - 1]]).collect();
+        let batch: Vec<SeqStep<'_>> = last
+            .iter()
+            .enumerate()
+            .map(|(seq, t)| SeqStep {
+                seq,
+                tokens: t,
+                pos: prompts[seq].len() + step - 1,
+            })
+            .collect();
+        let start = Instant::now();
+        let res = backend
+            .step_batch(&batch, dump_logits)
+            .with_context(|| format!("batched decode step {step} failed"))?;
+        anyhow::ensure!(
+            res.len() == prompts.len(),
+            "the backend returned {} outputs for {} sequences",
+            res.len(),
+            prompts.len()
+        );
+        let ns = start.elapsed().as_nanos() as u64;
+        for (seq, o) in res.iter().enumerate() {
+            record(&mut outs, seq, o, ns, false);
+        }
+    }
+    Ok(outs)
+}
+
 /// How to generate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateOptions {

@@ -8,12 +8,14 @@ use std::ops::Range as StdRange;
 use anyhow::{Context as _, anyhow, bail};
 use profiler::trace::{ClockMeta, GpuSpan, OpInfo, Phase, TokenRecord};
 
-use super::kernels::TokenParams;
+use super::attention::gather_bytes;
+use super::kernels::{RowParams, TokenParams, params_bytes, prompt_rows};
 use super::knobs::{Barriers, Descriptors, Knobs, Recording, Submit, Sync};
-use super::program::{Access, Action, Buf, Grid, Range, Shape, Step, Tuning, lower};
+use super::program::{Access, Action, Buf, Grid, KvPlan, Shape, Step, StepKind, Tuning, lower};
 use super::spans::SpanLog;
-use crate::generate::{Backend, StepOutput, argmax};
+use crate::generate::{Backend, BatchBackend, SeqStep, StepOutput, argmax};
 use crate::host_span;
+use crate::kv::{BlockPool, BlockTables, KvConfig, KvGeometry, KvKind, window_start};
 use crate::model::{ModelConfig, Weights};
 use crate::vk::{
     BufRange, Buffer, BufferDesc, Cmd, DescSet, FenceId, Gpu, Pipeline, PipelineDesc, QueryPool,
@@ -45,10 +47,10 @@ impl Timestamps {
 pub struct EngineOptions {
     pub knobs: Knobs,
     pub timestamps: Timestamps,
-    /// Positions the KV cache holds (prompt + generated tokens).
+    /// Positions one sequence can hold (prompt + generated tokens).
     pub max_seq: u32,
-    /// Most tokens one step processes (the prompt length).
-    pub max_batch: u32,
+    /// KV layout, element type, batch and prompt chunk.
+    pub kv: KvConfig,
     /// Read the logits back every step even where the kernels pick the token on the GPU (for
     /// `--dump` and the correctness tests; adds a copy and `4 * vocab` bytes per token).
     pub logits_readback: bool,
@@ -66,7 +68,7 @@ struct SpanDef {
 /// A lowered program ready to run: its steps split into submit chunks, its descriptor sets when
 /// they are bound once, its timestamp spans and query pool.
 struct Prepared {
-    n_tokens: u32,
+    kind: StepKind,
     steps: Vec<Step>,
     chunks: Vec<(Cmd, StdRange<usize>)>,
     sets: Vec<Option<DescSet>>,
@@ -94,6 +96,11 @@ pub struct Engine {
     pipelines: HashMap<PipelineDesc, Pipeline>,
     cached_sets: HashMap<SetKey, DescSet>,
     decode: Option<Prepared>,
+    /// Prompt-chunk programs by row count (recorded anew each chunk, built once).
+    prefill: HashMap<u32, Prepared>,
+    kv: KvPlan,
+    pool: BlockPool,
+    tables: BlockTables,
     fence: FenceId,
     ops: Vec<OpInfo>,
     op_index: HashMap<String, u32>,
@@ -157,7 +164,35 @@ impl Engine {
                 info.name
             );
         }
+        opts.kv.validate().map_err(|e| anyhow!(e))?;
         let shape = shape_of(cfg, opts.max_seq);
+        if opts.kv.dtype == crate::kv::KvDtype::F16 && !shape.kv_dim().is_multiple_of(8) {
+            bail!(
+                "an f16 KV cache needs kv_heads * head_dim to be a multiple of 8 (this model: {}); use --kv-dtype f32",
+                shape.kv_dim()
+            );
+        }
+        if !shape.head_dim.is_multiple_of(4)
+            || shape.head_dim > 128
+            || shape.heads / shape.kv_heads > 8
+        {
+            bail!(
+                "the attention kernels need head_dim % 4 == 0, head_dim <= 128 and at most 8 query heads per KV head \
+                 (this model: head_dim {}, {} / {} heads)",
+                shape.head_dim,
+                shape.heads,
+                shape.kv_heads
+            );
+        }
+        let geo = KvGeometry::new(&opts.kv, opts.max_seq);
+        let kv = KvPlan {
+            geo,
+            scratch: opts.kv.gathers().then(|| geo.scratch(opts.max_seq)),
+            window: opts.kv.attention_window(),
+            max_rows: opts.kv.prefill_chunk.max(opts.kv.batch).max(1),
+        };
+        let pool = BlockPool::new(geo.pool_blocks(), opts.kv.fragment, 0x5eed_b10c);
+        let tables = BlockTables::new(geo.seqs, geo.table_stride);
         let tuning = Tuning::for_device(
             info.compute_units,
             info.subgroup_size,
@@ -182,6 +217,10 @@ impl Engine {
             pipelines: HashMap::new(),
             cached_sets: HashMap::new(),
             decode: None,
+            prefill: HashMap::new(),
+            kv,
+            pool,
+            tables,
             fence,
             ops: Vec::new(),
             op_index: HashMap::new(),
@@ -199,7 +238,7 @@ impl Engine {
         engine.create_buffers(cfg)?;
         engine.upload_weights(cfg, weights)?;
         engine.calibrate()?;
-        let decode = engine.prepare(1)?;
+        let decode = engine.prepare(engine.opts.kv.batch.max(1), StepKind::Decode)?;
         engine.decode = Some(decode);
         // Setup work (uploads, bound-once descriptors, a replayed recording) is not a token's.
         engine.rec.take_counters();
@@ -214,6 +253,39 @@ impl Engine {
     }
     pub fn knobs(&self) -> &Knobs {
         &self.opts.knobs
+    }
+    pub fn kv_config(&self) -> &KvConfig {
+        &self.opts.kv
+    }
+    pub fn timestamps(&self) -> Timestamps {
+        self.opts.timestamps
+    }
+
+    /// Switches the GPU timestamp level of the decode steps that follow (the prompt programs
+    /// are rebuilt on their next use): the bench measures tokens/s at one level and the per-op
+    /// breakdown at `dispatch` level on the same KV cache.
+    pub fn set_timestamps(&mut self, level: Timestamps) -> anyhow::Result<()> {
+        if level == self.opts.timestamps {
+            return Ok(());
+        }
+        if level != Timestamps::Off && !self.gpu().info().timestamps {
+            bail!(
+                "device {:?} cannot write timestamps on its compute queue; use --timestamps off",
+                self.gpu().info().name
+            );
+        }
+        self.opts.timestamps = level;
+        self.calibrate()?;
+        self.prefill.clear();
+        let decode = self.prepare(self.opts.kv.batch.max(1), StepKind::Decode)?;
+        self.decode = Some(decode);
+        // Building programs is setup work, not a step's.
+        self.rec.take_counters();
+        Ok(())
+    }
+    /// The block tables of the paged layout (empty rows for the others).
+    pub fn block_tables(&self) -> &BlockTables {
+        &self.tables
     }
     pub fn gpu(&self) -> &Gpu {
         self.rec.gpu()
@@ -261,12 +333,10 @@ impl Engine {
 
     fn create_buffers(&mut self, cfg: &ModelConfig) -> anyhow::Result<()> {
         let s = self.shape;
-        let (b, h, f32b, f16b) = (
-            self.opts.max_batch.max(1) as u64,
-            s.hidden as u64,
-            4u64,
-            2u64,
-        );
+        let (b, h, f32b, f16b) = (self.kv.max_rows as u64, s.hidden as u64, 4u64, 2u64);
+        // Rows of a decode step: one per sequence.
+        let seqs = self.opts.kv.batch.max(1) as u64;
+        let geo = self.kv.geo;
         let (qd, kvd, inter) = (s.q_dim() as u64, s.kv_dim() as u64, s.intermediate as u64);
         let mut want: Vec<(Buf, BufferDesc, String)> = vec![
             (
@@ -283,8 +353,16 @@ impl Engine {
             (Buf::Ids, BufferDesc::upload(b * 4), "ids".into()),
             (
                 Buf::Params,
-                BufferDesc::upload(std::mem::size_of::<TokenParams>() as u64),
+                BufferDesc::upload(
+                    (std::mem::size_of::<TokenParams>()
+                        + b as usize * std::mem::size_of::<RowParams>()) as u64,
+                ),
                 "params".into(),
+            ),
+            (
+                Buf::KvTable,
+                BufferDesc::upload((geo.seqs as u64 * geo.table_stride as u64 * 4).max(16)),
+                "kv_block_tables".into(),
             ),
             (Buf::X, BufferDesc::device(b * h * f32b), "x".into()),
             (Buf::H, BufferDesc::device(b * h * f32b), "h".into()),
@@ -299,18 +377,21 @@ impl Engine {
             (Buf::V, BufferDesc::device(b * kvd * f32b), "v".into()),
             (
                 Buf::Qkv,
-                BufferDesc::device(s.qkv_rows() as u64 * f32b),
+                BufferDesc::device(seqs * s.qkv_rows() as u64 * f32b),
                 "qkv".into(),
             ),
             (
                 Buf::Scores,
-                BufferDesc::device(b * s.heads as u64 * s.max_seq as u64 * f32b),
+                BufferDesc::device(seqs * s.heads as u64 * s.max_seq as u64 * f32b),
                 "scores".into(),
             ),
             (
                 Buf::Partial,
                 BufferDesc::device(
-                    s.heads as u64 * self.tuning.n_splits as u64 * (s.head_dim as u64 + 2) * f32b,
+                    seqs * s.heads as u64
+                        * self.tuning.n_splits as u64
+                        * (s.head_dim as u64 + 2)
+                        * f32b,
                 ),
                 "attn_partial".into(),
             ),
@@ -325,16 +406,33 @@ impl Engine {
             (Buf::Act, BufferDesc::device(b * inter * f32b), "act".into()),
             (
                 Buf::Logits,
-                BufferDesc::device(s.vocab as u64 * f32b),
+                BufferDesc::device(seqs * s.vocab as u64 * f32b),
                 "logits".into(),
             ),
             (
                 Buf::LogitsReadback,
-                BufferDesc::readback(s.vocab as u64 * f32b),
+                BufferDesc::readback(seqs * s.vocab as u64 * f32b),
                 "logits_readback".into(),
             ),
-            (Buf::ArgmaxOut, BufferDesc::readback(8), "argmax_out".into()),
+            (
+                Buf::ArgmaxOut,
+                BufferDesc::readback(8 * seqs),
+                "argmax_out".into(),
+            ),
         ];
+        if let Some(scratch) = self.kv.scratch {
+            let bytes = scratch.buffer_bytes(s.kv_dim());
+            want.push((
+                Buf::KScratch,
+                BufferDesc::device(bytes),
+                "k_gather_scratch".into(),
+            ));
+            want.push((
+                Buf::VScratch,
+                BufferDesc::device(bytes),
+                "v_gather_scratch".into(),
+            ));
+        }
         if !self.tied {
             want.push((
                 Buf::LmHead,
@@ -377,12 +475,12 @@ impl Engine {
                 ),
                 (
                     Buf::KCache(l),
-                    BufferDesc::device(s.max_seq as u64 * kvd * f32b),
+                    BufferDesc::device(geo.buffer_bytes(kvd as u32)),
                     format!("{p}.k_cache"),
                 ),
                 (
                     Buf::VCache(l),
-                    BufferDesc::device(s.max_seq as u64 * kvd * f32b),
+                    BufferDesc::device(geo.buffer_bytes(kvd as u32)),
                     format!("{p}.v_cache"),
                 ),
             ]);
@@ -556,14 +654,16 @@ impl Engine {
         i
     }
 
-    /// Lowers and prepares the program of a step over `n_tokens` tokens.
-    fn prepare(&mut self, n_tokens: u32) -> anyhow::Result<Prepared> {
+    /// Lowers and prepares the program of a step of `kind` over `n_tokens` rows.
+    fn prepare(&mut self, n_tokens: u32, kind: StepKind) -> anyhow::Result<Prepared> {
         let k = self.opts.knobs;
         let steps = lower(
             &self.shape,
             &self.tuning,
+            &self.kv,
             k.kernels,
             n_tokens,
+            kind,
             self.opts.logits_readback,
         );
         let gpu_steps: Vec<usize> = (0..steps.len())
@@ -662,7 +762,7 @@ impl Engine {
         let (reads_logits, reads_argmax) =
             (host_reads(Buf::LogitsReadback), host_reads(Buf::ArgmaxOut));
         let mut prepared = Prepared {
-            n_tokens,
+            kind,
             steps,
             chunks,
             sets: Vec::new(),
@@ -688,7 +788,7 @@ impl Engine {
             };
             prepared.sets.push(set);
         }
-        if k.recording == Recording::Once && n_tokens == 1 {
+        if k.recording == Recording::Once && kind == StepKind::Decode {
             let mut log = SpanLog::new(self.epoch_ns);
             for c in 0..prepared.chunks.len() {
                 self.record_chunk(&mut prepared, c, 0, &mut log)?;
@@ -777,7 +877,7 @@ impl Engine {
         let mut out = Vec::with_capacity(range.len());
         // A recording that is replayed keeps referencing its sets, so they must outlive the
         // per-step reset of the transient pool (which the prompt's step still performs).
-        let replayed = self.opts.knobs.recording == Recording::Once && p.n_tokens == 1;
+        let replayed = self.opts.knobs.recording == Recording::Once && p.kind == StepKind::Decode;
         let lifetime = if replayed {
             SetLifetime::Persistent
         } else {
@@ -814,13 +914,13 @@ impl Engine {
         Ok(out)
     }
 
-    /// Records chunk `c` of `p` for a step at position `pos0` (only primitive KV copies and
-    /// KV-scaled grids depend on it; replayed programs never do).
+    /// Records chunk `c` of `p` for a step whose rows attend up to `kv_len` positions (only
+    /// KV-scaled grids depend on it; replayed programs have none).
     fn record_chunk(
         &mut self,
         p: &mut Prepared,
         c: usize,
-        pos0: u32,
+        kv_len: u32,
         log: &mut SpanLog,
     ) -> anyhow::Result<()> {
         let sets = if matches!(
@@ -832,7 +932,7 @@ impl Engine {
             p.chunks[c].1.clone().map(|i| p.sets[i]).collect()
         };
         host_span!(log, "record", 1, {
-            self.record_steps(p, c, pos0, &sets)?;
+            self.record_steps(p, c, kv_len, &sets)?;
         });
         Ok(())
     }
@@ -841,11 +941,10 @@ impl Engine {
         &mut self,
         p: &mut Prepared,
         c: usize,
-        pos0: u32,
+        kv_len: u32,
         sets: &[Option<DescSet>],
     ) -> anyhow::Result<()> {
         let (cmd, range) = (p.chunks[c].0, p.chunks[c].1.clone());
-        let kv_len = pos0 + p.n_tokens;
         let barriers = self.opts.knobs.barriers;
         let descriptors = self.opts.knobs.descriptors;
         let descs: Vec<Option<PipelineDesc>> = range
@@ -872,11 +971,11 @@ impl Engine {
         for (j, i) in range.clone().enumerate() {
             let step = &p.steps[i];
             if barriers == Barriers::Tracked {
-                if hazard(track, &step.binds, pos0, &step.action) {
+                if hazard(track, &step.binds) {
                     rec.full_barrier(cmd);
                     track.clear();
                 }
-                touch(track, &step.binds, pos0, &step.action);
+                touch(track, &step.binds);
             }
             if let Action::HostRead = step.action {
                 continue;
@@ -916,14 +1015,9 @@ impl Engine {
                     };
                     rec.dispatch(cmd, groups);
                 }
-                Action::Copy { dst_per_pos } => {
+                Action::Copy => {
                     let r = Self::ranges(bufs, *tied, &step.binds)?;
-                    rec.copy(
-                        cmd,
-                        r[0],
-                        r[1].buffer,
-                        r[1].offset + pos0 as u64 * dst_per_pos,
-                    );
+                    rec.copy(cmd, r[0], r[1].buffer, r[1].offset);
                 }
                 Action::HostRead => {}
             }
@@ -941,51 +1035,119 @@ impl Engine {
         Ok(())
     }
 
-    /// Runs one step (the prompt, or one decode token) and records its trace record.
-    fn run(&mut self, tokens: &[u32], pos0: u32, phase: Phase) -> anyhow::Result<StepOutput> {
+    /// Makes the block tables cover `rows` (paged layout), writing changed rows to the device.
+    fn ensure_blocks(&mut self, rows: &[RowParams]) -> anyhow::Result<()> {
+        if self.kv.geo.kind != KvKind::Paged {
+            return Ok(());
+        }
+        let block = self.kv.geo.unit;
+        let mut changed: Vec<u32> = Vec::new();
+        for row in rows {
+            if self
+                .tables
+                .ensure(&mut self.pool, row.seq, row.pos + 1, block)
+                .map_err(|e| anyhow!("{e}; raise the KV capacity (--max-tokens/--context)"))?
+                && !changed.contains(&row.seq)
+            {
+                changed.push(row.seq);
+            }
+        }
+        for seq in changed {
+            let bytes: Vec<u8> = bytemuck::cast_slice(self.tables.row(seq)).to_vec();
+            let offset = seq as u64 * self.tables.stride() as u64 * 4;
+            let Engine { rec, bufs, .. } = self;
+            let buf = bufs
+                .get_mut(&Buf::KvTable)
+                .ok_or_else(|| anyhow!("internal: block table buffer missing"))?;
+            rec.write(buf, offset, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Runs one step of `kind` over `tokens` (row i is `rows[i]`), records its trace record and
+    /// returns the outputs of its head rows (the last prompt row, or every decode row).
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        rows: &[RowParams],
+        kind: StepKind,
+    ) -> anyhow::Result<Vec<StepOutput>> {
         let n = tokens.len() as u32;
-        if pos0 + n > self.shape.max_seq {
+        if let Some(bad) = rows.iter().find(|r| r.pos >= self.shape.max_seq) {
             bail!(
-                "position {} is past the KV cache's {} positions; raise --max-tokens/--context capacity",
-                pos0 + n,
+                "position {} is past the KV cache's {} positions per sequence; raise --max-tokens/--context capacity",
+                bad.pos,
                 self.shape.max_seq
             );
         }
-        if n > self.opts.max_batch.max(1) {
+        if n > self.kv.max_rows {
             bail!(
-                "a step of {n} tokens exceeds the engine's batch capacity of {}",
-                self.opts.max_batch
+                "a step of {n} rows exceeds the engine's capacity of {}",
+                self.kv.max_rows
             );
         }
         let start_ns = host_now_ns();
         let mut log = SpanLog::new(self.epoch_ns);
         let token_span = log.open("token", 0);
         puffin::profile_scope!("token");
-        let mut p = if n == 1 {
-            self.decode
+        self.ensure_blocks(rows)?;
+        let mut p = match kind {
+            StepKind::Decode => self
+                .decode
                 .take()
-                .ok_or_else(|| anyhow!("internal: decode program missing"))?
-        } else {
-            host_span!(log, "record", 1, { self.prepare(n)? })
+                .ok_or_else(|| anyhow!("internal: decode program missing"))?,
+            StepKind::Prefill => match self.prefill.remove(&n) {
+                Some(p) => p,
+                None => host_span!(log, "record", 1, { self.prepare(n, kind)? }),
+            },
         };
-        let result = self.execute(&mut p, tokens, pos0, &mut log, start_ns);
-        if n == 1 {
-            self.decode = Some(p);
+        let result = self.execute(&mut p, tokens, rows, &mut log, start_ns);
+        match kind {
+            StepKind::Decode => self.decode = Some(p),
+            StepKind::Prefill => {
+                self.prefill.insert(n, p);
+            }
         }
-        let (out, gpu_spans, gpu_busy) = result?;
+        let (outs, gpu_spans, gpu_busy) = result?;
         log.close(token_span);
         let wall_ns = host_now_ns().saturating_sub(start_ns);
         let host_wait_ns = log.total_ns("wait");
         let host_enqueue_ns =
             log.total_ns("record") + log.total_ns("descriptors") + log.total_ns("submit");
-        let counters = self.rec.take_counters();
+        // Positions attended: the last row of a prompt chunk, every row of a decode step.
+        let attended = |r: &RowParams| (r.pos + 1 - r.lo) as u64;
+        let kv_positions: u64 = match kind {
+            StepKind::Prefill => rows.last().map_or(0, attended),
+            StepKind::Decode => rows.iter().map(attended).sum(),
+        };
+        let mut counters = self.rec.take_counters();
+        if self.kv.scratch.is_some() {
+            // The gather copies what every row attends (the whole chunk range for a prompt).
+            let gathered: u64 = match kind {
+                StepKind::Prefill => match (rows.first(), rows.last()) {
+                    (Some(a), Some(b)) => (b.pos + 1 - a.lo) as u64,
+                    _ => 0,
+                },
+                StepKind::Decode => kv_positions,
+            };
+            counters.kv_bytes_copied += gather_bytes(
+                self.shape.layers,
+                self.shape.kv_dim(),
+                self.kv.geo.dtype.bytes(),
+                gathered,
+            );
+        }
+        let phase = match kind {
+            StepKind::Prefill => Phase::Prefill,
+            StepKind::Decode => Phase::Decode,
+        };
         self.records.push(TokenRecord {
             index: self.records.len() as u32,
             phase,
-            position: pos0,
+            position: rows.first().map_or(0, |r| r.pos),
             n_tokens: n,
-            kv_len: pos0 + n,
-            token_id: Some(out.argmax),
+            kv_len: kv_positions as u32,
+            token_id: outs.first().map(|o| o.argmax),
             start_ns: start_ns.saturating_sub(self.epoch_ns),
             wall_ns,
             host_enqueue_ns,
@@ -995,7 +1157,7 @@ impl Engine {
             host_spans: log.spans,
             gpu_spans,
         });
-        Ok(out)
+        Ok(outs)
     }
 
     #[allow(clippy::type_complexity)]
@@ -1003,19 +1165,23 @@ impl Engine {
         &mut self,
         p: &mut Prepared,
         tokens: &[u32],
-        pos0: u32,
+        rows: &[RowParams],
         log: &mut SpanLog,
         start_ns: u64,
-    ) -> anyhow::Result<(StepOutput, Vec<GpuSpan>, Option<u64>)> {
+    ) -> anyhow::Result<(Vec<StepOutput>, Vec<GpuSpan>, Option<u64>)> {
         let n = tokens.len() as u32;
         let k = self.opts.knobs;
         let replay = p.recorded && k.recording == Recording::Once;
+        let kv_len = rows.iter().map(|r| r.pos + 1).max().unwrap_or(0);
+        let mut seqs: Vec<u32> = rows.iter().map(|r| r.seq).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
         host_span!(log, "record", 1, {
-            let params = TokenParams {
-                pos0,
+            let header = TokenParams {
+                pos0: rows.first().map_or(0, |r| r.pos),
                 n_tokens: n,
-                kv_len: pos0 + n,
-                pad0: 0,
+                kv_len,
+                n_seqs: seqs.len() as u32,
             };
             let Engine { rec, bufs, .. } = self;
             let ids = bufs
@@ -1025,7 +1191,7 @@ impl Engine {
             let pb = bufs
                 .get_mut(&Buf::Params)
                 .ok_or_else(|| anyhow!("internal: params buffer missing"))?;
-            rec.write(pb, 0, bytemuck::bytes_of(&params))?;
+            rec.write(pb, 0, &params_bytes(&header, rows))?;
             if !replay && matches!(k.descriptors, Descriptors::PerDispatch) {
                 rec.reset_transient_sets()?;
             }
@@ -1036,7 +1202,7 @@ impl Engine {
         let last = p.chunks.len() - 1;
         for c in 0..p.chunks.len() {
             if !replay {
-                self.record_chunk(p, c, pos0, log)?;
+                self.record_chunk(p, c, kv_len, log)?;
             }
             let signal = k.sync == Sync::Submit || c == last;
             let fence = self.fence;
@@ -1050,10 +1216,15 @@ impl Engine {
             }
         }
         let wait_end = host_now_ns();
-        // Readback: the token (and the logits where they are read back).
-        let (logits, gpu_token, raw_ts) = host_span!(log, "readback", 1, {
+        let head_rows = match p.kind {
+            StepKind::Prefill => 1,
+            StepKind::Decode => n as usize,
+        };
+        let vocab = self.shape.vocab as usize;
+        // Readback: the tokens (and the logits where they are read back).
+        let (logits, gpu_tokens, raw_ts) = host_span!(log, "readback", 1, {
             let logits = if p.reads_logits {
-                let mut bytes = vec![0u8; self.shape.vocab as usize * 4];
+                let mut bytes = vec![0u8; head_rows * vocab * 4];
                 let b = self
                     .bufs
                     .get(&Buf::LogitsReadback)
@@ -1068,14 +1239,19 @@ impl Engine {
             } else {
                 None
             };
-            let gpu_token = if p.reads_argmax {
-                let mut word = [0u8; 4];
+            let gpu_tokens = if p.reads_argmax {
+                let mut words = vec![0u8; head_rows * 4];
                 let b = self
                     .bufs
                     .get(&Buf::ArgmaxOut)
                     .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
-                self.rec.read(b, 0, &mut word)?;
-                Some(u32::from_le_bytes(word))
+                self.rec.read(b, 0, &mut words)?;
+                Some(
+                    words
+                        .chunks_exact(4)
+                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect::<Vec<u32>>(),
+                )
             } else {
                 None
             };
@@ -1083,24 +1259,77 @@ impl Engine {
                 Some(q) => self.rec.read_queries(q, 0, q.count())?,
                 None => Vec::new(),
             };
-            (logits, gpu_token, raw)
+            (logits, gpu_tokens, raw)
         });
-        let argmax_id = host_span!(log, "sample", 1, {
-            match (gpu_token, &logits) {
-                (Some(t), _) => t,
-                (None, Some(l)) => argmax(l),
-                (None, None) => bail!("internal: the program read back neither logits nor a token"),
+        let outs = host_span!(log, "sample", 1, {
+            let mut outs = Vec::with_capacity(head_rows);
+            for row in 0..head_rows {
+                let row_logits = logits
+                    .as_ref()
+                    .map(|l| l[row * vocab..(row + 1) * vocab].to_vec());
+                let id = match (&gpu_tokens, &row_logits) {
+                    (Some(t), _) => t[row],
+                    (None, Some(l)) => argmax(l),
+                    (None, None) => {
+                        bail!("internal: the program read back neither logits nor a token")
+                    }
+                };
+                outs.push(StepOutput {
+                    logits: row_logits,
+                    argmax: id,
+                });
             }
+            outs
         });
         let (gpu_spans, busy) = self.gpu_spans(p, &raw_ts, wait_end, start_ns);
-        Ok((
-            StepOutput {
-                logits,
-                argmax: argmax_id,
-            },
-            gpu_spans,
-            busy,
-        ))
+        Ok((outs, gpu_spans, busy))
+    }
+
+    /// Runs a prompt of sequence `seq` at positions `pos0..` in chunks of at most
+    /// `--prefill-chunk` tokens; returns the output of its last position.
+    pub fn prefill(&mut self, seq: u32, tokens: &[u32], pos0: u32) -> anyhow::Result<StepOutput> {
+        if seq >= self.kv.geo.seqs {
+            bail!(
+                "sequence {seq} is past the engine's batch of {}",
+                self.kv.geo.seqs
+            );
+        }
+        let chunk = self.opts.kv.prefill_chunk.max(1) as usize;
+        let mut last = None;
+        for (i, piece) in tokens.chunks(chunk).enumerate() {
+            let p0 = pos0 + (i * chunk) as u32;
+            let rows = prompt_rows(seq, p0, piece.len() as u32, self.kv.window);
+            last = self.run(piece, &rows, StepKind::Prefill)?.pop();
+        }
+        last.ok_or_else(|| anyhow!("a prompt step needs at least one token"))
+    }
+
+    /// One decode step of every sequence: `tokens[i]` is sequence i's next token, at
+    /// `positions[i]`. Returns one output per sequence.
+    pub fn decode_step(
+        &mut self,
+        tokens: &[u32],
+        positions: &[u32],
+    ) -> anyhow::Result<Vec<StepOutput>> {
+        let batch = self.opts.kv.batch.max(1) as usize;
+        if tokens.len() != batch || positions.len() != batch {
+            bail!(
+                "a decode step takes one token for each of the {batch} sequences (got {} tokens, {} positions)",
+                tokens.len(),
+                positions.len()
+            );
+        }
+        let rows: Vec<RowParams> = positions
+            .iter()
+            .enumerate()
+            .map(|(seq, &pos)| RowParams {
+                pos,
+                seq: seq as u32,
+                lo: window_start(pos, self.kv.window),
+                pad0: 0,
+            })
+            .collect();
+        self.run(tokens, &rows, StepKind::Decode)
     }
 
     /// Converts raw timestamps to GPU spans on the host timeline (relative to the epoch) and the
@@ -1167,23 +1396,10 @@ impl Engine {
     }
 }
 
-fn actual(b: &super::program::Bind, pos0: u32, action: &Action, index: usize) -> Range {
-    let mut r = b.range;
-    if let (Action::Copy { dst_per_pos }, 1) = (action, index) {
-        r.offset += pos0 as u64 * dst_per_pos;
-    }
-    r
-}
-
 /// True when a step touches a range written since the last barrier, or writes one read since.
-fn hazard(
-    t: &[(Buf, u64, u64, bool)],
-    binds: &[super::program::Bind],
-    pos0: u32,
-    action: &Action,
-) -> bool {
-    binds.iter().enumerate().any(|(i, b)| {
-        let r = actual(b, pos0, action, i);
+fn hazard(t: &[(Buf, u64, u64, bool)], binds: &[super::program::Bind]) -> bool {
+    binds.iter().any(|b| {
+        let r = b.range;
         let writes = b.access != Access::Read;
         t.iter().any(|&(buf, off, len, w)| {
             buf == r.buf && off < r.offset + r.bytes && r.offset < off + len && (w || writes)
@@ -1192,37 +1408,79 @@ fn hazard(
 }
 
 /// Records the ranges a step touches.
-fn touch(
-    t: &mut Vec<(Buf, u64, u64, bool)>,
-    binds: &[super::program::Bind],
-    pos0: u32,
-    action: &Action,
-) {
-    for (i, b) in binds.iter().enumerate() {
-        let r = actual(b, pos0, action, i);
+fn touch(t: &mut Vec<(Buf, u64, u64, bool)>, binds: &[super::program::Bind]) {
+    for b in binds {
+        let r = b.range;
         t.push((r.buf, r.offset, r.bytes, b.access != Access::Read));
     }
 }
 
 impl Backend for Engine {
+    /// The single-sequence interface (`--batch 1`): a one-token step after the prompt is a
+    /// decode step, anything else a prompt.
     fn step(
         &mut self,
         tokens: &[u32],
         pos: usize,
         want_logits: bool,
     ) -> anyhow::Result<StepOutput> {
-        let phase = if pos == 0 {
-            Phase::Prefill
-        } else {
-            Phase::Decode
-        };
-        let out = self.run(tokens, pos as u32, phase)?;
-        if want_logits && out.logits.is_none() {
+        if self.opts.kv.batch > 1 {
             bail!(
-                "the logits were asked for but these kernels pick the token on the GPU; build the engine with \
-                 logits_readback (decoder run --dump does)"
+                "this engine decodes a batch of {} sequences; drive it with generate_batch",
+                self.opts.kv.batch
             );
         }
+        let out = if tokens.len() == 1 && pos > 0 {
+            self.decode_step(tokens, &[pos as u32])?
+                .pop()
+                .ok_or_else(|| anyhow!("internal: a decode step returned no output"))?
+        } else {
+            self.prefill(0, tokens, pos as u32)?
+        };
+        check_logits(want_logits, &out)?;
         Ok(out)
+    }
+}
+
+fn check_logits(want_logits: bool, out: &StepOutput) -> anyhow::Result<()> {
+    if want_logits && out.logits.is_none() {
+        bail!(
+            "the logits were asked for but these kernels pick the token on the GPU; build the engine with \
+             logits_readback (decoder run --dump does)"
+        );
+    }
+    Ok(())
+}
+
+impl BatchBackend for Engine {
+    fn batch(&self) -> usize {
+        self.opts.kv.batch.max(1) as usize
+    }
+
+    fn step_batch(
+        &mut self,
+        steps: &[SeqStep<'_>],
+        want_logits: bool,
+    ) -> anyhow::Result<Vec<StepOutput>> {
+        let decode = steps.len() == self.batch()
+            && steps
+                .iter()
+                .enumerate()
+                .all(|(i, s)| s.seq == i && s.tokens.len() == 1 && s.pos > 0);
+        let outs = if decode {
+            let tokens: Vec<u32> = steps.iter().map(|s| s.tokens[0]).collect();
+            let positions: Vec<u32> = steps.iter().map(|s| s.pos as u32).collect();
+            self.decode_step(&tokens, &positions)?
+        } else {
+            let mut outs = Vec::with_capacity(steps.len());
+            for s in steps {
+                outs.push(self.prefill(s.seq as u32, s.tokens, s.pos as u32)?);
+            }
+            outs
+        };
+        for o in &outs {
+            check_logits(want_logits, o)?;
+        }
+        Ok(outs)
     }
 }

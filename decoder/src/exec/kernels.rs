@@ -15,19 +15,52 @@
 use bytemuck::{Pod, Zeroable};
 
 /// The per-step values that kernels read from the params buffer (binding named `params`).
-/// Mirrors `struct TokenParams` in `shaders/common.glsl`.
+/// Mirrors `struct TokenParams` in `shaders/common.glsl`. The buffer holds this header followed
+/// by one [`RowParams`] per row of the step.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable, PartialEq, Eq)]
 pub struct TokenParams {
-    /// Position of the step's first token.
+    /// Position of the step's first row.
     pub pos0: u32,
-    /// Tokens in this step.
+    /// Rows in this step (prompt tokens of one sequence, or one token per sequence).
     pub n_tokens: u32,
-    /// Cached positions attended by the step's last token (`pos0 + n_tokens`).
+    /// The largest `pos + 1` over the step's rows.
     pub kv_len: u32,
-    pub pad0: u32,
+    /// Sequences in this step.
+    pub n_seqs: u32,
 }
 const _: () = assert!(std::mem::size_of::<TokenParams>() == 16);
+
+/// One row of a step (`rows[t]` in the shaders): the row is position `pos` of sequence `seq` and
+/// attends positions `lo..=pos` (`lo > 0` only under a sliding window).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable, PartialEq, Eq)]
+pub struct RowParams {
+    pub pos: u32,
+    pub seq: u32,
+    pub lo: u32,
+    pub pad0: u32,
+}
+const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
+
+/// The bytes of a params buffer: the header and its rows.
+pub fn params_bytes(header: &TokenParams, rows: &[RowParams]) -> Vec<u8> {
+    let mut b = bytemuck::bytes_of(header).to_vec();
+    b.extend_from_slice(bytemuck::cast_slice(rows));
+    b
+}
+
+/// Rows of one sequence's consecutive positions `pos0..pos0 + n` under `window` (0: none).
+pub fn prompt_rows(seq: u32, pos0: u32, n: u32, window: u32) -> Vec<RowParams> {
+    (pos0..pos0 + n)
+        .map(|pos| RowParams {
+            pos,
+            seq,
+            lo: crate::kv::window_start(pos, window),
+            pad0: 0,
+        })
+        .collect()
+}
 
 macro_rules! push_block {
     ($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? } = $size:expr) => {
@@ -60,12 +93,15 @@ push_block! {
     /// accumulation. Bindings: 0 `W` f16 [rows, cols], 1 `x` f32 [n_tokens, cols],
     /// 2 `y` f32 [n_tokens, rows]. Spec: 0 WG, 1 ROWS (rows per workgroup).
     /// Groups: (ceil(rows / ROWS), n_tokens, 1).
+    /// The same block serves `matmul.comp` (prompt chunks, cols % 4 == 0): each invocation a
+    /// block of 4 rows x 4 tokens, a workgroup of 64 covers 32 x 32. Spec: 0 WG = 64.
+    /// Groups: (ceil(rows / 32), ceil(n_tokens / 32), 1).
     MatvecPush { rows: u32, cols: u32, n_tokens: u32, pad0: u32 } = 16
 }
 
 push_block! {
-    /// `rope.comp`: rotate-half RoPE in place on `x` [n_tokens, heads, head_dim]; token t is at
-    /// position `params.pos0 + t`: for i < head_dim/2, with (c, s) = table[pos, i]:
+    /// `rope.comp`: rotate-half RoPE in place on `x` [n_tokens, heads, head_dim]; row t is at
+    /// position `rows[t].pos`: for i < head_dim/2, with (c, s) = table[pos, i]:
     /// `x'[i] = x[i] c - x[i + d/2] s`, `x'[i + d/2] = x[i + d/2] c + x[i] s`.
     /// Bindings: 0 `params`, 1 `x` f32 (read-write), 2 `table` f32 [max_seq, head_dim/2, 2].
     /// Groups: (ceil(heads * head_dim / 2 / WG), n_tokens, 1).
@@ -73,16 +109,16 @@ push_block! {
 }
 
 push_block! {
-    /// `attn_scores.comp`: `s[t, h, j] = scale * dot(q[t, h], K[j, h / (heads / kv_heads)])` for
-    /// `j < params.pos0 + t + 1` (causal); other `j < stride` are left untouched.
-    /// Bindings: 0 `params`, 1 `q` f32 [n_tokens, heads, head_dim], 2 `k_cache` f32
-    /// [max_seq, kv_heads, head_dim], 3 `scores` f32 [n_tokens, heads, stride].
-    /// Groups: (ceil(params.kv_len / WG), heads, n_tokens).
+    /// `attn_scores.comp`: `s[t, h, j] = scale * dot(q[t, h], K[slot(seq_t, j), h / group])` for
+    /// `lo_t <= j <= pos_t` (the row's range); other `j < stride` are left untouched.
+    /// Bindings: 0 `params` (with rows), 1 `q` f32 [n_tokens, heads, head_dim], 2 block tables,
+    /// 3 `k_cache` (any layout, `shaders/kv.glsl`), 4 `scores` f32 [n_tokens, heads, stride].
+    /// Spec: 0 WG, 4..7 the KV layout. Groups: (ceil(params.kv_len / WG), heads, n_tokens).
     ScoresPush { heads: u32, kv_heads: u32, head_dim: u32, stride: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 } = 32
 }
 
 push_block! {
-    /// `softmax.comp`: in-place softmax of each row `s[t, h, 0..params.pos0 + t + 1]` (f32,
+    /// `softmax.comp`: in-place softmax of each row `s[t, h, lo_t..=pos_t]` (f32,
     /// max-subtracted); one workgroup per row.
     /// Bindings: 0 `params`, 1 `scores` f32 [n_tokens, heads, stride] (read-write).
     /// Groups: (heads, n_tokens, 1).
@@ -90,10 +126,10 @@ push_block! {
 }
 
 push_block! {
-    /// `attn_wsum.comp`: `out[t, h, d] = sum_{j < pos0 + t + 1} p[t, h, j] * V[j, h / group, d]`.
-    /// Bindings: 0 `params`, 1 `probs` f32 [n_tokens, heads, stride], 2 `v_cache` f32
-    /// [max_seq, kv_heads, head_dim], 3 `out` f32 [n_tokens, heads, head_dim].
-    /// Groups: (ceil(head_dim / WG), heads, n_tokens).
+    /// `attn_wsum.comp`: `out[t, h, d] = sum_{lo_t <= j <= pos_t} p[t, h, j] * V[slot(seq_t, j),
+    /// h / group, d]`. Bindings: 0 `params` (with rows), 1 `probs` f32 [n_tokens, heads, stride],
+    /// 2 block tables, 3 `v_cache` (any layout), 4 `out` f32 [n_tokens, heads, head_dim].
+    /// Spec: 0 WG, 4..7 the KV layout. Groups: (ceil(head_dim / WG), heads, n_tokens).
     WsumPush { heads: u32, kv_heads: u32, head_dim: u32, stride: u32 } = 16
 }
 
@@ -125,39 +161,84 @@ push_block! {
 }
 
 push_block! {
-    /// `qk_norm_rope_kv.comp`: from the fused QKV output `qkv` [heads*hd + 2*kv_heads*hd] of one
-    /// token at position `params.pos0`: optional per-head RMSNorm of q and k heads (spec 1
-    /// `QK_NORM`), RoPE on q and k, q written to `q_out` [heads, hd], k and v written straight
-    /// into the caches at row `params.pos0`.
-    /// Bindings: 0 `params`, 1 `qkv`, 2 `q_norm_w` f32 [hd], 3 `k_norm_w` f32 [hd], 4 `table`,
-    /// 5 `q_out`, 6 `k_cache`, 7 `v_cache`. Groups: (heads + kv_heads, 1, 1) (one workgroup per
-    /// q or k head; the k workgroups also copy the matching v head).
+    /// `qk_norm_rope_kv.comp`: from the fused QKV output `qkv` [n, heads*hd + 2*kv_heads*hd] of
+    /// the step's rows (row t at position `rows[t].pos` of sequence `rows[t].seq`): optional
+    /// per-head RMSNorm of q and k heads (spec 1 `QK_NORM`), RoPE on q and k, q written to `q_out`
+    /// [n, heads, hd], k and v written straight into the caches at the row's slot (any layout,
+    /// f16 or f32). Bindings: 0 `params` (with rows), 1 `qkv`, 2 `q_norm_w` f32 [hd], 3
+    /// `k_norm_w` f32 [hd], 4 RoPE table, 5 `q_out`, 6 block tables, 7 `k_cache`, 8 `v_cache`.
+    /// Spec: 0 WG, 1 QK_NORM, 4..7 the KV layout. Groups: (heads + kv_heads, n, 1) (one workgroup
+    /// per q or k head and row; the k workgroups also copy the matching v head).
     QkNormRopeKvPush { heads: u32, kv_heads: u32, head_dim: u32, eps: f32 } = 16
 }
 
 push_block! {
-    /// `attn_split.comp`: split-K decode attention for one query row over `params.kv_len` cached
-    /// positions. One workgroup per (split, kv head) computes ALL query heads of that KV group
-    /// (each K/V element read once), with an online softmax in f32, over positions
-    /// `[s * chunk, min(kv_len, (s + 1) * chunk))` where `chunk = ceil(kv_len / n_splits)`.
-    /// It writes `partial[h, s] = (m, l, o[0..hd])`: running max, sum of exp, unnormalized
-    /// output (an empty split writes m = -inf, l = 0, o = 0).
-    /// Bindings: 0 `params`, 1 `q` f32 [heads, hd], 2 `k_cache`, 3 `v_cache`, 4 `partial` f32
-    /// [heads, n_splits, hd + 2]. Groups: (n_splits, kv_heads, 1).
+    /// `attn_split.comp`: split-K decode attention, one query row per sequence. Row t attends
+    /// `[lo_t, pos_t]`; one workgroup per (split, kv head, row) computes ALL query heads of that
+    /// KV group (each K/V element read once), with an online softmax in f32, over positions
+    /// `[lo + s * chunk, min(pos + 1, lo + (s + 1) * chunk))`, `chunk = ceil(span / n_splits)`
+    /// rounded up to a multiple of 32 (see [`split_chunk`]). It writes `partial[t, h, s] = (m, l,
+    /// o[0..hd])`: running max, sum of exp, unnormalized output (an empty split writes m = -inf,
+    /// l = 0, o = 0). K/V are read through the layout (paged: the split's table slice staged in
+    /// shared memory). Bindings: 0 `params` (with rows), 1 `q` f32 [n, heads, hd], 2 block
+    /// tables, 3 `k_cache`, 4 `v_cache`, 5 `partial` f32 [n, heads, n_splits, hd + 2].
+    /// Spec: 0 WG, 1 TILE (16 or 32 positions), 4..7 the KV layout. Groups: (n_splits, kv_heads,
+    /// n).
     AttnSplitPush { heads: u32, kv_heads: u32, head_dim: u32, n_splits: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 } = 32
 }
 
 push_block! {
-    /// `attn_merge.comp`: `out[h] = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s`, M = max m_s.
-    /// Bindings: 0 `partial` f32 [heads, n_splits, hd + 2], 1 `out` f32 [heads, hd].
-    /// Groups: (heads, 1, 1).
+    /// `attn_merge.comp`: `out[t, h] = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s`, M = max
+    /// m_s. Bindings: 0 `partial` f32 [n, heads, n_splits, hd + 2], 1 `out` f32 [n, heads, hd].
+    /// Groups: (heads, n, 1).
     AttnMergePush { heads: u32, head_dim: u32, n_splits: u32, pad0: u32 } = 16
 }
 
 push_block! {
-    /// `argmax.comp`: one workgroup; `out[0] = argmax(x[0..n])` (lowest index on ties), `out[1]`
-    /// = the max value's f32 bits. Bindings: 0 `x` f32 [n], 1 `out` u32 [2]. Groups: (1, 1, 1).
+    /// `argmax.comp`: one workgroup per row t of `x` [rows, n]; `out[t] = argmax(x[t])` (lowest
+    /// index on ties), `out[rows + t]` = the max value's f32 bits. Bindings: 0 `x` f32 [rows, n],
+    /// 1 `out` u32 [2 rows]. Groups: (rows, 1, 1).
     ArgmaxPush { n: u32, pad0: u32, pad1: u32, pad2: u32 } = 16
+}
+
+push_block! {
+    /// `kv_append.comp` (primitive KV append): row t of `src` [n, kv_dim] f32 into the cache at the
+    /// slot of (`rows[t].seq`, `rows[t].pos`), converted to the cache's element type.
+    /// Bindings: 0 `params` (with rows), 1 `src`, 2 block tables, 3 cache. Spec: 0 WG, 4..7 the
+    /// KV layout. Groups: (ceil(kv_dim / WG), n, 1).
+    KvAppendPush { kv_dim: u32, pad0: u32, pad1: u32, pad2: u32 } = 16
+}
+
+push_block! {
+    /// `kv_gather.comp` (the paged layout's gather): copies the positions the step attends from
+    /// the sequence's blocks into a contiguous scratch `[seqs, max_seq, kv_dim]`, as 16-byte words
+    /// (`row_words` per slot). Spec 1 `MODE`: 0 per row (decode), 1 the whole step for
+    /// `rows[0].seq` (prompt chunk). Bindings: 0 `params` (with rows), 1 block tables, 2 `k_cache`,
+    /// 3 `v_cache`, 4 `k_scratch`, 5 `v_scratch`. Spec: 0 WG, 1 MODE, 4..7 the KV layout.
+    /// Groups: (ceil(max_seq / 16), 1, MODE == 0 ? n : 1).
+    KvGatherPush { row_words: u32, max_seq: u32, pad0: u32, pad1: u32 } = 16
+}
+
+push_block! {
+    /// `attn_prefill.comp`: tiled causal attention of a prompt chunk (online softmax, no score
+    /// matrix): row t attends `[lo_t, pos_t]` through the layout. Bindings: 0 `params` (with
+    /// rows), 1 `q` f32 [n, heads, hd], 2 block tables, 3 `k_cache`, 4 `v_cache`, 5 `out` f32
+    /// [n, heads, hd]. Spec: 0 WG, 4..7 the KV layout. Groups: (ceil(n / TQ), kv_heads, 1) with
+    /// TQ = [`prefill_tokens_per_group`].
+    AttnPrefillPush { heads: u32, kv_heads: u32, head_dim: u32, scale: f32 } = 16
+}
+
+/// Query tokens per `attn_prefill` workgroup for `group` query heads per KV head (`MAX_R = 16`
+/// rows in the shader).
+pub fn prefill_tokens_per_group(group: u32) -> u32 {
+    (16 / group.max(1)).max(1)
+}
+
+/// The positions one `attn_split` split covers for a row attending `span` positions:
+/// `ceil(span / n_splits)` rounded up to a multiple of 32 (whatever the kernel's tile of 16 or
+/// 32 positions, so a paged split's tiles never straddle more blocks than they must).
+pub fn split_chunk(span: usize, n_splits: usize) -> usize {
+    span.div_ceil(n_splits.max(1)).div_ceil(32) * 32
 }
 
 /// CPU RMSNorm over rows of `n`: the computation `rmsnorm.comp` performs.
@@ -350,6 +431,57 @@ pub fn attention_cpu(
     attn_wsum_cpu(&scores, v_cache, dims, pos0, stride)
 }
 
+/// CPU attention of arbitrary rows (the reference of `attn_prefill` and of `attn_split` +
+/// `attn_merge`): row t of `q` `[n, heads, head_dim]` attends positions `rows[t].0..=rows[t].1`
+/// (lo, pos) of caches `[positions, kv_heads, head_dim]` in logical order. Returns `[n, heads,
+/// head_dim]`.
+pub fn attention_rows_cpu(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    dims: AttnDims,
+    rows: &[(usize, usize)],
+    scale: f32,
+) -> Vec<f32> {
+    let AttnDims {
+        heads,
+        kv_heads,
+        head_dim: hd,
+    } = dims;
+    let mut out = vec![0.0; rows.len() * heads * hd];
+    for (t, &(lo, pos)) in rows.iter().enumerate() {
+        for h in 0..heads {
+            let kvh = h / dims.group();
+            let qh = &q[(t * heads + h) * hd..][..hd];
+            let mut s: Vec<f32> = (lo..=pos)
+                .map(|j| {
+                    scale
+                        * qh.iter()
+                            .zip(&k_cache[(j * kv_heads + kvh) * hd..][..hd])
+                            .map(|(a, b)| a * b)
+                            .sum::<f32>()
+                })
+                .collect();
+            let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for v in s.iter_mut() {
+                *v = (*v - m).exp();
+                sum += *v;
+            }
+            let o = &mut out[(t * heads + h) * hd..][..hd];
+            for (j, p) in (lo..=pos).zip(&s) {
+                for (od, vd) in o
+                    .iter_mut()
+                    .zip(&v_cache[(j * kv_heads + kvh) * hd..][..hd])
+                {
+                    *od += p / sum * vd;
+                }
+            }
+        }
+    }
+    out
+}
+
 /// CPU SwiGLU activation (`silu_mul.comp`): `out[i] = g[i] / (1 + exp(-g[i])) * u[i]`.
 pub fn silu_mul_cpu(g: &[f32], u: &[f32]) -> Vec<f32> {
     g.iter()
@@ -454,16 +586,18 @@ pub fn qk_norm_rope_kv_cpu(
 }
 
 /// CPU split-K decode attention (`attn_split.comp`) of one query row `q` `[heads, hd]` over the
-/// first `kv_len` cached positions: split `s` covers `[s * chunk, min(kv_len, (s + 1) * chunk))`
-/// with `chunk = ceil(kv_len / n_splits)`. Returns `partial` `[heads, n_splits, hd + 2]` of (max
-/// scaled score m, sum of exp(score - m), sum of exp(score - m) * v); an empty split is
-/// (-inf, 0, 0).
+/// cached positions `lo..stop` (caches `[positions, kv_heads, hd]` in logical order): split `s`
+/// covers `[lo + s * chunk, min(stop, lo + (s + 1) * chunk))` with `chunk = split_chunk(stop -
+/// lo, n_splits)`. Returns `partial` `[heads, n_splits, hd + 2]` of (max scaled score m, sum of
+/// exp(score - m), sum of exp(score - m) * v); an empty split is (-inf, 0, 0).
+#[allow(clippy::too_many_arguments)]
 pub fn attn_split_cpu(
     q: &[f32],
     k_cache: &[f32],
     v_cache: &[f32],
     dims: AttnDims,
-    kv_len: usize,
+    lo: usize,
+    stop: usize,
     n_splits: usize,
     scale: f32,
 ) -> Vec<f32> {
@@ -472,15 +606,15 @@ pub fn attn_split_cpu(
         kv_heads,
         head_dim: hd,
     } = dims;
-    let chunk = kv_len.div_ceil(n_splits);
+    let chunk = split_chunk(stop - lo, n_splits);
     let stride = hd + 2;
     let mut partial = vec![0.0; heads * n_splits * stride];
     for h in 0..heads {
         let kvh = h / dims.group();
         let qh = &q[h * hd..][..hd];
         for s in 0..n_splits {
-            let begin = (s * chunk).min(kv_len);
-            let end = (begin + chunk).min(kv_len);
+            let begin = (lo + s * chunk).min(stop);
+            let end = (begin + chunk).min(stop);
             let scores: Vec<f32> = (begin..end)
                 .map(|j| {
                     scale

@@ -61,7 +61,7 @@ pub enum Barriers {
 /// What a dispatch does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernels {
-    /// One primitive per dispatch; KV append by transfer copy; host argmax.
+    /// One primitive per dispatch; KV append by its own kernel; host argmax.
     Primitive,
     /// Fused hot-path kernels; GPU argmax with a 4-byte readback.
     Fused,
@@ -140,8 +140,8 @@ impl Knobs {
     /// Refuses combinations that cannot work, with one sentence.
     pub fn validate(&self, push_descriptors_supported: bool) -> Result<(), String> {
         if self.recording == Recording::Once && self.kernels == Kernels::Primitive {
-            return Err("--recording once needs --kernels fused: the primitive KV append is a transfer copy whose \
-                        destination moves every token, so a recorded command buffer cannot be replayed"
+            return Err("--recording once needs --kernels fused: the primitive attention's grid grows with the KV \
+                        length every token, so a recorded command buffer cannot be replayed"
                 .into());
         }
         if self.descriptors == Descriptors::Push && !push_descriptors_supported {

@@ -1,6 +1,7 @@
 //! Execution: lowering the model description to Vulkan work, the knobs between the two modes,
 //! and the kernels' host-side descriptions.
 
+pub mod attention;
 pub mod engine;
 pub mod harness;
 pub mod kernels;

@@ -10,6 +10,7 @@ use profiler::trace::OpInfo;
 
 use super::kernels::*;
 use super::knobs::Kernels;
+use crate::kv::KvGeometry;
 use crate::shaders::Shader;
 
 /// What the lowering needs to know about the model.
@@ -25,8 +26,30 @@ pub struct Shape {
     pub eps: f32,
     /// Qwen3's per-head RMSNorm of q and k before RoPE.
     pub qk_norm: bool,
-    /// Positions the KV cache holds.
+    /// Positions one sequence can hold (prompt and generated tokens).
     pub max_seq: u32,
+}
+
+/// Where the KV cache lives and how attention reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvPlan {
+    /// The caches' layout (every layer's `KCache`/`VCache`).
+    pub geo: KvGeometry,
+    /// The contiguous scratch attention reads after a gather (`--paged-attention gather`).
+    pub scratch: Option<KvGeometry>,
+    /// Sliding window in positions (0: full causal attention).
+    pub window: u32,
+    /// Rows the params buffer holds (the largest step).
+    pub max_rows: u32,
+}
+
+/// What a step computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StepKind {
+    /// A chunk of one sequence's prompt: consecutive positions, logits of the last row only.
+    Prefill,
+    /// One token of every sequence: logits of every row.
+    Decode,
 }
 
 impl Shape {
@@ -71,6 +94,12 @@ pub struct Tuning {
     pub head: (u32, u32),
     pub attn_wg: u32,
     pub n_splits: u32,
+    /// Prompt attention with one invocation per row and no barriers (CPU drivers), instead of
+    /// the tiled kernel.
+    pub prefill_rows: bool,
+    /// Positions per tile of the split-K decode attention (shared memory: 16 fits a CPU
+    /// driver's 32 KiB, 32 halves the barriers per position on GPUs).
+    pub attn_tile: u32,
 }
 
 /// What a fused matvec computes, for its tuning.
@@ -90,7 +119,10 @@ impl Tuning {
         // per split, no more than 256 splits (32 splits of 8 KV heads measured best on an H200 at
         // 512 and 2048 positions).
         let want = (2 * compute_units).div_ceil(kv_heads.max(1)).max(1);
-        let n_splits = want.min(max_seq.div_ceil(16)).clamp(1, 256);
+        // Long contexts: enough splits that no workgroup walks more than ~128 positions
+        // serially (its tiles are latency-bound; more workgroups keep more loads in flight).
+        let by_len = max_seq.div_ceil(128);
+        let n_splits = want.max(by_len).min(max_seq.div_ceil(16)).clamp(1, 256);
         if subgroup >= 32 {
             // GPUs: the sizes that `kernel_bench` measured fastest on an H200 (wide subgroups,
             // many compute units): small workgroups with few rows for the short matrices, more
@@ -104,6 +136,8 @@ impl Tuning {
                 head: (64, 4),
                 attn_wg: 256,
                 n_splits,
+                prefill_rows: false,
+                attn_tile: 32,
             }
         } else {
             // CPU drivers (lavapipe) and narrow subgroups.
@@ -116,6 +150,8 @@ impl Tuning {
                 head: (64, 4),
                 attn_wg: 64,
                 n_splits,
+                prefill_rows: true,
+                attn_tile: 16,
             }
         }
     }
@@ -139,10 +175,16 @@ pub enum Buf {
     WDown(u32),
     KCache(u32),
     VCache(u32),
+    /// Host-visible: the paged layout's block tables `[seqs, stride]` u32 (bound, unused, by the
+    /// other layouts).
+    KvTable,
+    /// The contiguous K and V the paged gather writes, shared by every layer.
+    KScratch,
+    VScratch,
     RopeTable,
     /// Host-visible: the step's token ids.
     Ids,
-    /// Host-visible: the step's `TokenParams`.
+    /// Host-visible: the step's `TokenParams` and its rows.
     Params,
     X,
     H,
@@ -238,9 +280,8 @@ pub enum Action {
         push: Vec<u8>,
         grid: Grid,
     },
-    /// A transfer copy from `binds[0]` to `binds[1]`; the destination offset advances by
-    /// `dst_per_pos` bytes per position of the step's first token.
-    Copy { dst_per_pos: u64 },
+    /// A transfer copy from `binds[0]` to `binds[1]`.
+    Copy,
     /// The host reads `binds[0]` after the step's last wait (no GPU command; the barrier
     /// tracker treats it as a reader).
     HostRead,
@@ -307,56 +348,73 @@ pub fn describe(s: &Shape) -> Vec<Op> {
     ops
 }
 
-/// Lowering context: shapes, tuning, the step's token count, and the steps emitted so far.
-struct Lower<'a> {
-    s: &'a Shape,
-    t: &'a Tuning,
-    n: u32,
-    steps: Vec<Step>,
+/// Lowering context: shapes, tuning, the KV plan, the step's rows and kind, and the steps
+/// emitted so far.
+pub(super) struct Lower<'a> {
+    pub(super) s: &'a Shape,
+    pub(super) t: &'a Tuning,
+    pub(super) kv: &'a KvPlan,
+    pub(super) n: u32,
+    pub(super) kind: StepKind,
+    pub(super) steps: Vec<Step>,
 }
 
-const F32: u64 = 4;
-const F16: u64 = 2;
+pub(super) const F32: u64 = 4;
+pub(super) const F16: u64 = 2;
 
-fn r(buf: Buf, offset: u64, bytes: u64) -> Range {
+pub(super) fn r(buf: Buf, offset: u64, bytes: u64) -> Range {
     Range { buf, offset, bytes }
 }
-fn read(range: Range) -> Bind {
+pub(super) fn read(range: Range) -> Bind {
     Bind {
         range,
         access: Access::Read,
     }
 }
-fn write(range: Range) -> Bind {
+pub(super) fn write(range: Range) -> Bind {
     Bind {
         range,
         access: Access::Write,
     }
 }
-fn rw(range: Range) -> Bind {
+pub(super) fn rw(range: Range) -> Bind {
     Bind {
         range,
         access: Access::ReadWrite,
     }
 }
 
-fn spec(values: &[u32]) -> [u32; 8] {
+pub(super) fn spec(values: &[u32]) -> [u32; 8] {
     let mut s = [0u32; 8];
     s[..values.len()].copy_from_slice(values);
     s
 }
 
 impl Lower<'_> {
-    fn act(&self, buf: Buf, per_token: u32) -> Range {
+    pub(super) fn act(&self, buf: Buf, per_token: u32) -> Range {
         r(buf, 0, self.n as u64 * per_token as u64 * F32)
     }
 
-    fn params(&self) -> Range {
-        r(Buf::Params, 0, std::mem::size_of::<TokenParams>() as u64)
+    /// The params header and this step's rows.
+    pub(super) fn params(&self) -> Range {
+        r(
+            Buf::Params,
+            0,
+            (std::mem::size_of::<TokenParams>()
+                + self.n as usize * std::mem::size_of::<RowParams>()) as u64,
+        )
+    }
+
+    /// Rows whose logits the step computes: the last prompt row, or every decode row.
+    pub(super) fn head_rows(&self) -> u32 {
+        match self.kind {
+            StepKind::Prefill => 1,
+            StepKind::Decode => self.n,
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn dispatch(
+    pub(super) fn dispatch(
         &mut self,
         label: String,
         kind: &'static str,
@@ -390,7 +448,7 @@ impl Lower<'_> {
 
     /// Facts of a dispatch that streams its bindings once: reads of `Read`/`ReadWrite` ranges,
     /// writes of `Write`/`ReadWrite` ranges.
-    fn stream_facts(binds: &[Bind], flops: u64) -> OpInfo {
+    pub(super) fn stream_facts(binds: &[Bind], flops: u64) -> OpInfo {
         let mut f = OpInfo {
             flops,
             ..Default::default()
@@ -462,18 +520,25 @@ impl Lower<'_> {
             pad0: 0,
         }
         .bytes();
-        let (wg, per) = (self.t.wg, self.t.matvec_rows);
-        let grid = Grid::Fixed([rows.div_ceil(per), self.n, 1]);
+        // A prompt chunk: the blocked matmul reads each weight once per 4 tokens from memory (a
+        // matvec per token would read the weights once per token). cols % 4 == 0 there.
+        let (shader, sp, grid) =
+            if self.kind == StepKind::Prefill && self.n > 1 && cols.is_multiple_of(4) {
+                (
+                    Shader::Matmul,
+                    spec(&[64]),
+                    Grid::Fixed([rows.div_ceil(32), self.n.div_ceil(32), 1]),
+                )
+            } else {
+                let (wg, per) = (self.t.wg, self.t.matvec_rows);
+                (
+                    Shader::Matvec,
+                    spec(&[wg, per]),
+                    Grid::Fixed([rows.div_ceil(per), self.n, 1]),
+                )
+            };
         self.dispatch(
-            label,
-            "matvec",
-            region,
-            Shader::Matvec,
-            spec(&[wg, per]),
-            push,
-            grid,
-            binds,
-            facts,
+            label, "matvec", region, shader, sp, push, grid, binds, facts,
         );
     }
 
@@ -514,8 +579,10 @@ impl Lower<'_> {
             MvRole::Residual => self.t.residual,
             MvRole::Head => self.t.head,
         };
-        let grid = Grid::Fixed([rows.div_ceil(per), 1, 1]);
+        // One workgroup row per token row of x.
+        let grid = Grid::Fixed([rows.div_ceil(per), self.n, 1]);
         facts.flops += if epilogue == 2 { 4 * rows as u64 } else { 0 };
+        facts.flops *= self.n as u64;
         let sp = spec(&[wg, per, norm.is_some() as u32, epilogue]);
         self.dispatch(
             label,
@@ -657,142 +724,11 @@ impl Lower<'_> {
                     );
                 }
             }
-            Op::KvAppend(l) => {
-                let row = kvd as u64 * F32;
-                for (name, src, dst) in [
-                    ("k_append", Buf::K, Buf::KCache(l)),
-                    ("v_append", Buf::V, Buf::VCache(l)),
-                ] {
-                    let bytes = n as u64 * row;
-                    let binds = vec![read(r(src, 0, bytes)), write(r(dst, 0, bytes))];
-                    let facts = OpInfo {
-                        label: format!("L{l}.{name}"),
-                        kind: "kv".into(),
-                        bytes_read: bytes,
-                        bytes_written: bytes,
-                        ..Default::default()
-                    };
-                    self.steps.push(Step {
-                        label: format!("L{l}.{name}"),
-                        kind: "kv",
-                        region: Region::Attn(l),
-                        action: Action::Copy { dst_per_pos: row },
-                        binds,
-                        facts,
-                    });
-                }
-            }
-            Op::Attention(l) => {
-                let stride = s.max_seq;
-                let scale = 1.0 / (hd as f32).sqrt();
-                let q = self.act(Buf::Q, qd);
-                let scores = r(
-                    Buf::Scores,
-                    0,
-                    n as u64 * s.heads as u64 * stride as u64 * F32,
-                );
-                let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
-                let wg = self.t.wg;
-                // Scores: per cached position, one dot product per query head.
-                let binds = vec![
-                    read(self.params()),
-                    read(q),
-                    read(cache(Buf::KCache(l))),
-                    write(scores),
-                ];
-                let facts = OpInfo {
-                    bytes_read: q.bytes,
-                    bytes_read_per_kv: kvd as u64 * F32,
-                    bytes_written_per_kv: n as u64 * s.heads as u64 * F32,
-                    flops_per_kv: 2 * n as u64 * qd as u64,
-                    ..Default::default()
-                };
-                let push = ScoresPush {
-                    heads: s.heads,
-                    kv_heads: s.kv_heads,
-                    head_dim: hd,
-                    stride,
-                    scale,
-                    ..Default::default()
-                }
-                .bytes();
-                let grid = Grid::KvScaled {
-                    per: wg,
-                    y: s.heads,
-                    z: n,
-                };
-                self.dispatch(
-                    format!("L{l}.attn_scores"),
-                    "attention",
-                    Region::Attn(l),
-                    Shader::AttnScores,
-                    spec(&[wg]),
-                    push,
-                    grid,
-                    binds,
-                    facts,
-                );
-                // Softmax over each row.
-                let binds = vec![read(self.params()), rw(scores)];
-                let per_kv = n as u64 * s.heads as u64 * F32;
-                let facts = OpInfo {
-                    bytes_read_per_kv: per_kv,
-                    bytes_written_per_kv: per_kv,
-                    flops_per_kv: 5 * n as u64 * s.heads as u64,
-                    ..Default::default()
-                };
-                let push = SoftmaxPush {
-                    heads: s.heads,
-                    stride,
-                    pad0: 0,
-                    pad1: 0,
-                }
-                .bytes();
-                self.dispatch(
-                    format!("L{l}.softmax"),
-                    "attention",
-                    Region::Attn(l),
-                    Shader::Softmax,
-                    spec(&[wg]),
-                    push,
-                    Grid::Fixed([s.heads, n, 1]),
-                    binds,
-                    facts,
-                );
-                // Weighted sum of V.
-                let out = self.act(Buf::Attn, qd);
-                let binds = vec![
-                    read(self.params()),
-                    read(scores),
-                    read(cache(Buf::VCache(l))),
-                    write(out),
-                ];
-                let facts = OpInfo {
-                    bytes_written: out.bytes,
-                    bytes_read_per_kv: per_kv + kvd as u64 * F32,
-                    flops_per_kv: 2 * n as u64 * qd as u64,
-                    ..Default::default()
-                };
-                let push = WsumPush {
-                    heads: s.heads,
-                    kv_heads: s.kv_heads,
-                    head_dim: hd,
-                    stride,
-                }
-                .bytes();
-                let grid = Grid::Fixed([hd.div_ceil(wg), s.heads, n]);
-                self.dispatch(
-                    format!("L{l}.attn_wsum"),
-                    "attention",
-                    Region::Attn(l),
-                    Shader::AttnWsum,
-                    spec(&[wg]),
-                    push,
-                    grid,
-                    binds,
-                    facts,
-                );
-            }
+            Op::KvAppend(l) => self.kv_append(l),
+            Op::Attention(l) => match self.kind {
+                StepKind::Prefill => self.attention_prefill(l),
+                StepKind::Decode => self.attention_primitive(l),
+            },
             Op::OProj(l) => {
                 let (w, x, y) = (
                     r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16),
@@ -870,27 +806,30 @@ impl Lower<'_> {
             }
             Op::MlpResidual(l) => self.add(format!("L{l}.mlp_residual"), Region::Mlp(l)),
             Op::FinalNorm => {
-                // Only the last token's row feeds the head.
-                let last = r(Buf::X, (n as u64 - 1) * h as u64 * F32, h as u64 * F32);
-                let y = r(Buf::H, 0, h as u64 * F32);
+                // A prompt chunk's last row feeds the head; a decode step's every row does.
+                let rows = self.head_rows();
+                let first = (n - rows) as u64 * h as u64 * F32;
+                let x = r(Buf::X, first, rows as u64 * h as u64 * F32);
+                let y = r(Buf::H, 0, rows as u64 * h as u64 * F32);
                 self.rmsnorm(
                     "final_norm".into(),
                     Region::Head,
-                    last,
+                    x,
                     r(Buf::FinalNorm, 0, h as u64 * F32),
                     y,
                     h,
-                    1,
+                    rows,
                 );
             }
             Op::LmHead => {
+                let rows = self.head_rows();
                 let (w, x) = (
                     r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16),
-                    r(Buf::H, 0, h as u64 * F32),
+                    r(Buf::H, 0, rows as u64 * h as u64 * F32),
                 );
-                let y = r(Buf::Logits, 0, s.vocab as u64 * F32);
+                let y = r(Buf::Logits, 0, rows as u64 * s.vocab as u64 * F32);
                 let saved = self.n;
-                self.n = 1;
+                self.n = rows;
                 self.matvec("lm_head".into(), Region::Head, w, x, y, s.vocab, h);
                 self.n = saved;
             }
@@ -958,13 +897,13 @@ impl Lower<'_> {
     }
 
     fn logits_readback(&mut self) {
-        let bytes = self.s.vocab as u64 * F32;
+        let bytes = self.head_rows() as u64 * self.s.vocab as u64 * F32;
         let (src, dst) = (r(Buf::Logits, 0, bytes), r(Buf::LogitsReadback, 0, bytes));
         self.steps.push(Step {
             label: "logits_readback".into(),
             kind: "copy",
             region: Region::Head,
-            action: Action::Copy { dst_per_pos: 0 },
+            action: Action::Copy,
             binds: vec![read(src), write(dst)],
             facts: OpInfo {
                 label: "logits_readback".into(),
@@ -977,7 +916,7 @@ impl Lower<'_> {
         self.host_read(dst);
     }
 
-    fn host_read(&mut self, range: Range) {
+    pub(super) fn host_read(&mut self, range: Range) {
         self.steps.push(Step {
             label: "host_read".into(),
             kind: "copy",
@@ -991,7 +930,7 @@ impl Lower<'_> {
     /// Fused lowering of one decode token: matches runs of ops and emits one kernel per run.
     fn lower_fused(&mut self, ops: &[Op], logits_readback: bool) {
         let s = *self.s;
-        let (h, qd, kvd, hd, inter) = (s.hidden, s.q_dim(), s.kv_dim(), s.head_dim, s.intermediate);
+        let (h, qd, inter) = (s.hidden, s.q_dim(), s.intermediate);
         let mut i = 0;
         while i < ops.len() {
             let rest = &ops[i..];
@@ -1004,13 +943,13 @@ impl Lower<'_> {
                 [Op::AttnNorm(l), Op::QkvProj(_), ..] => {
                     let l = *l;
                     let w = r(Buf::Wqkv(l), 0, s.qkv_rows() as u64 * h as u64 * F16);
-                    let y = write(r(Buf::Qkv, 0, s.qkv_rows() as u64 * F32));
+                    let y = write(self.act(Buf::Qkv, s.qkv_rows()));
                     let norm = r(Buf::AttnNorm(l), 0, h as u64 * F32);
                     self.matvec_fused(
                         format!("L{l}.qkv_proj"),
                         Region::Attn(l),
                         w,
-                        r(Buf::X, 0, h as u64 * F32),
+                        self.act(Buf::X, h),
                         y,
                         Some(norm),
                         0,
@@ -1030,138 +969,25 @@ impl Lower<'_> {
                         .iter()
                         .take_while(|o| matches!(o, Op::QkNorm(_) | Op::Rope(_) | Op::KvAppend(_)))
                         .count();
-                    let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
-                    let qkv = r(Buf::Qkv, 0, s.qkv_rows() as u64 * F32);
-                    let (qn, kn) = if s.qk_norm {
-                        (
-                            r(Buf::QNorm(l), 0, hd as u64 * F32),
-                            r(Buf::KNorm(l), 0, hd as u64 * F32),
-                        )
-                    } else {
-                        (
-                            r(Buf::AttnNorm(l), 0, hd as u64 * F32),
-                            r(Buf::AttnNorm(l), 0, hd as u64 * F32),
-                        )
-                    };
-                    let table = r(Buf::RopeTable, 0, s.max_seq as u64 * hd as u64 * F32);
-                    let binds = vec![
-                        read(self.params()),
-                        read(qkv),
-                        read(qn),
-                        read(kn),
-                        read(table),
-                        write(r(Buf::Q, 0, qd as u64 * F32)),
-                        write(cache(Buf::KCache(l))),
-                        write(cache(Buf::VCache(l))),
-                    ];
-                    let facts = OpInfo {
-                        bytes_read: qkv.bytes + (qd + kvd) as u64 * F32,
-                        bytes_written: (qd + 2 * kvd) as u64 * F32,
-                        flops: 8 * (qd + kvd) as u64,
-                        ..Default::default()
-                    };
-                    let push = QkNormRopeKvPush {
-                        heads: s.heads,
-                        kv_heads: s.kv_heads,
-                        head_dim: hd,
-                        eps: s.eps,
-                    }
-                    .bytes();
-                    let grid = Grid::Fixed([s.heads + s.kv_heads, 1, 1]);
-                    let sp = spec(&[hd.next_power_of_two().clamp(32, 128) / 2, s.qk_norm as u32]);
-                    self.dispatch(
-                        format!("L{l}.qk_norm_rope_kv"),
-                        "rope",
-                        Region::Attn(l),
-                        Shader::QkNormRopeKv,
-                        sp,
-                        push,
-                        grid,
-                        binds,
-                        facts,
-                    );
+                    self.qk_norm_rope_kv(l);
                     i += consumed;
                 }
-                // Split-K attention over the cache in place, then the merge.
+                // Split-K attention over the cache in place (after a gather when paged-gather),
+                // then the merge.
                 [Op::Attention(l), ..] => {
-                    let l = *l;
-                    let splits = self.t.n_splits;
-                    let partial = r(
-                        Buf::Partial,
-                        0,
-                        s.heads as u64 * splits as u64 * (hd as u64 + 2) * F32,
-                    );
-                    let cache = |b| r(b, 0, s.max_seq as u64 * kvd as u64 * F32);
-                    let q = r(Buf::Q, 0, qd as u64 * F32);
-                    let binds = vec![
-                        read(self.params()),
-                        read(q),
-                        read(cache(Buf::KCache(l))),
-                        read(cache(Buf::VCache(l))),
-                        write(partial),
-                    ];
-                    let facts = OpInfo {
-                        bytes_read: q.bytes,
-                        bytes_written: partial.bytes,
-                        bytes_read_per_kv: 2 * kvd as u64 * F32,
-                        flops_per_kv: 4 * qd as u64,
-                        ..Default::default()
-                    };
-                    let push = AttnSplitPush {
-                        heads: s.heads,
-                        kv_heads: s.kv_heads,
-                        head_dim: hd,
-                        n_splits: splits,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                        ..Default::default()
-                    }
-                    .bytes();
-                    let sp = spec(&[self.t.attn_wg]);
-                    self.dispatch(
-                        format!("L{l}.attn_split"),
-                        "attention",
-                        Region::Attn(l),
-                        Shader::AttnSplit,
-                        sp,
-                        push,
-                        Grid::Fixed([splits, s.kv_heads, 1]),
-                        binds,
-                        facts,
-                    );
-                    let out = r(Buf::Attn, 0, qd as u64 * F32);
-                    let binds = vec![read(partial), write(out)];
-                    let facts = Self::stream_facts(&binds, 3 * partial.bytes / F32);
-                    let push = AttnMergePush {
-                        heads: s.heads,
-                        head_dim: hd,
-                        n_splits: splits,
-                        pad0: 0,
-                    }
-                    .bytes();
-                    let sp = spec(&[hd.next_power_of_two().clamp(32, 128)]);
-                    self.dispatch(
-                        format!("L{l}.attn_merge"),
-                        "attention",
-                        Region::Attn(l),
-                        Shader::AttnMerge,
-                        sp,
-                        push,
-                        Grid::Fixed([s.heads, 1, 1]),
-                        binds,
-                        facts,
-                    );
+                    self.attention_split(*l);
                     i += 1;
                 }
                 // o-projection with the residual add as its epilogue.
                 [Op::OProj(l), Op::AttnResidual(_), ..] => {
                     let l = *l;
                     let w = r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16);
-                    let x = rw(r(Buf::X, 0, h as u64 * F32));
+                    let x = rw(self.act(Buf::X, h));
                     self.matvec_fused(
                         format!("L{l}.o_proj_residual"),
                         Region::Attn(l),
                         w,
-                        r(Buf::Attn, 0, qd as u64 * F32),
+                        self.act(Buf::Attn, qd),
                         x,
                         None,
                         1,
@@ -1175,13 +1001,13 @@ impl Lower<'_> {
                 [Op::MlpNorm(l), Op::GateUpProj(_), Op::SiluMul(_), ..] => {
                     let l = *l;
                     let w = r(Buf::WGateUp(l), 0, 2 * inter as u64 * h as u64 * F16);
-                    let y = write(r(Buf::Act, 0, inter as u64 * F32));
+                    let y = write(self.act(Buf::Act, inter));
                     let norm = r(Buf::MlpNorm(l), 0, h as u64 * F32);
                     self.matvec_fused(
                         format!("L{l}.gate_up_silu"),
                         Region::Mlp(l),
                         w,
-                        r(Buf::X, 0, h as u64 * F32),
+                        self.act(Buf::X, h),
                         y,
                         Some(norm),
                         2,
@@ -1195,12 +1021,12 @@ impl Lower<'_> {
                 [Op::DownProj(l), Op::MlpResidual(_), ..] => {
                     let l = *l;
                     let w = r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16);
-                    let x = rw(r(Buf::X, 0, h as u64 * F32));
+                    let x = rw(self.act(Buf::X, h));
                     self.matvec_fused(
                         format!("L{l}.down_proj_residual"),
                         Region::Mlp(l),
                         w,
-                        r(Buf::Act, 0, inter as u64 * F32),
+                        self.act(Buf::Act, inter),
                         x,
                         None,
                         1,
@@ -1213,13 +1039,13 @@ impl Lower<'_> {
                 // Final norm folded into the lm_head matvec, then the GPU argmax.
                 [Op::FinalNorm, Op::LmHead, Op::Argmax, ..] => {
                     let w = r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16);
-                    let logits = r(Buf::Logits, 0, s.vocab as u64 * F32);
+                    let logits = self.act(Buf::Logits, s.vocab);
                     let norm = r(Buf::FinalNorm, 0, h as u64 * F32);
                     self.matvec_fused(
                         "lm_head".into(),
                         Region::Head,
                         w,
-                        r(Buf::X, 0, h as u64 * F32),
+                        self.act(Buf::X, h),
                         write(logits),
                         Some(norm),
                         0,
@@ -1227,9 +1053,9 @@ impl Lower<'_> {
                         h,
                         MvRole::Head,
                     );
-                    let out = r(Buf::ArgmaxOut, 0, 8);
+                    let out = r(Buf::ArgmaxOut, 0, 8 * self.n as u64);
                     let binds = vec![read(logits), write(out)];
-                    let facts = Self::stream_facts(&binds, s.vocab as u64);
+                    let facts = Self::stream_facts(&binds, self.n as u64 * s.vocab as u64);
                     let push = ArgmaxPush {
                         n: s.vocab,
                         ..Default::default()
@@ -1243,11 +1069,11 @@ impl Lower<'_> {
                         Shader::Argmax,
                         sp,
                         push,
-                        Grid::Fixed([1, 1, 1]),
+                        Grid::Fixed([self.n, 1, 1]),
                         binds,
                         facts,
                     );
-                    self.host_read(r(Buf::ArgmaxOut, 0, 4));
+                    self.host_read(r(Buf::ArgmaxOut, 0, 4 * self.n as u64));
                     if logits_readback {
                         self.logits_readback();
                     }
@@ -1263,23 +1089,28 @@ impl Lower<'_> {
     }
 }
 
-/// Lowers one forward step over `n_tokens` tokens. Fused kernels serve single-token decode;
-/// a multi-token step (the prompt) always uses the batched primitive kernels.
+/// Lowers one forward step over `n_tokens` rows of kind `kind`. Fused kernels serve decode steps
+/// (one row per sequence); a prompt chunk always uses the batched primitive kernels with the
+/// tiled prompt attention.
 pub fn lower(
     s: &Shape,
     t: &Tuning,
+    kv: &KvPlan,
     kernels: Kernels,
     n_tokens: u32,
+    kind: StepKind,
     logits_readback: bool,
 ) -> Vec<Step> {
     let ops = describe(s);
     let mut lw = Lower {
         s,
         t,
+        kv,
         n: n_tokens.max(1),
+        kind,
         steps: Vec::new(),
     };
-    if kernels == Kernels::Fused && n_tokens == 1 {
+    if kernels == Kernels::Fused && kind == StepKind::Decode {
         lw.lower_fused(&ops, logits_readback);
     } else {
         for op in ops {
@@ -1308,40 +1139,63 @@ mod tests {
         }
     }
 
+    fn plan(s: &Shape) -> KvPlan {
+        let cfg = crate::kv::KvConfig::default();
+        KvPlan {
+            geo: KvGeometry::new(&cfg, s.max_seq),
+            scratch: None,
+            window: 0,
+            max_rows: cfg.prefill_chunk,
+        }
+    }
+
     #[test]
     fn primitive_lowering_has_one_step_per_primitive() {
         let s = tiny();
         let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
-        let steps = lower(&s, &t, Kernels::Primitive, 1, false);
+        let steps = lower(
+            &s,
+            &t,
+            &plan(&s),
+            Kernels::Primitive,
+            1,
+            StepKind::Decode,
+            false,
+        );
         let dispatches = steps
             .iter()
             .filter(|s| matches!(s.action, Action::Dispatch { .. }))
             .count();
         let copies = steps
             .iter()
-            .filter(|s| matches!(s.action, Action::Copy { .. }))
+            .filter(|s| matches!(s.action, Action::Copy))
             .count();
-        // embed + per layer (norm, q, k, v, q_norm, k_norm, 2 rope, scores, softmax, wsum, o,
-        // add, norm, gate, up, silu, down, add) + final norm + lm_head
-        assert_eq!(dispatches, 1 + 4 * 19 + 2);
-        assert_eq!(copies, 4 * 2 + 1);
+        // embed + per layer (norm, q, k, v, q_norm, k_norm, 2 rope, 2 KV appends, scores,
+        // softmax, wsum, o, add, norm, gate, up, silu, down, add) + final norm + lm_head
+        assert_eq!(dispatches, 1 + 4 * 21 + 2);
+        // the logits readback
+        assert_eq!(copies, 1);
     }
 
     #[test]
     fn fused_lowering_has_seven_dispatches_per_layer() {
         let s = tiny();
         let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
-        let steps = lower(&s, &t, Kernels::Fused, 1, false);
+        let steps = lower(
+            &s,
+            &t,
+            &plan(&s),
+            Kernels::Fused,
+            1,
+            StepKind::Decode,
+            false,
+        );
         let dispatches = steps
             .iter()
             .filter(|s| matches!(s.action, Action::Dispatch { .. }))
             .count();
         assert_eq!(dispatches, 1 + 4 * 7 + 2);
-        assert!(
-            steps
-                .iter()
-                .all(|s| !matches!(s.action, Action::Copy { .. }))
-        );
+        assert!(steps.iter().all(|s| !matches!(s.action, Action::Copy)));
         let labels: std::collections::HashSet<_> = steps
             .iter()
             .filter(|s| s.kind != "copy")

@@ -21,8 +21,81 @@ use super::error::ModelError;
 use super::weights::{Weights, tensor_names_and_shapes};
 use crate::generate::{Backend, StepOutput, argmax};
 
-/// Below this many multiply-adds a matrix-vector product stays on one thread.
+/// Below this many multiply-adds a matrix-vector product (or an attention) stays on one thread.
 const PARALLEL_MIN_MACS: usize = 1 << 20;
+/// Most threads the reference uses.
+const MAX_THREADS: usize = 16;
+
+/// The shape of one position's attention in [`attend`].
+#[derive(Clone, Copy, Debug)]
+struct AttendShape {
+    head_dim: usize,
+    kv_dim: usize,
+    group: usize,
+    /// Attended positions: lo..=pos.
+    lo: usize,
+    pos: usize,
+    scale: f32,
+}
+
+/// Causal GQA attention of one position, per query head h (KV head h / group), over positions
+/// lo..=pos of one layer's caches `(positions, kv_dim)`:
+/// att[t] = q_h . k_t * scale; softmax; out_h = sum_t att[t] * v_t. Heads may be split across
+/// threads (`att` holds one `max_seq` row per thread); each head is computed the same way
+/// whatever the split.
+fn attend(
+    out: &mut [f32],
+    att: &mut [f32],
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    a: AttendShape,
+    threads: usize,
+) {
+    let hd = a.head_dim;
+    let heads = out.len() / hd;
+    let span = a.pos + 1 - a.lo;
+    let max_seq = att.len() / MAX_THREADS;
+    let one = |h0: usize, out: &mut [f32], att: &mut [f32]| {
+        for (i, o) in out.chunks_exact_mut(hd).enumerate() {
+            let h = h0 + i;
+            let qh = &q[h * hd..(h + 1) * hd];
+            let kv_off = (h / a.group) * hd;
+            let att = &mut att[..span];
+            for (j, s) in att.iter_mut().enumerate() {
+                let at = (a.lo + j) * a.kv_dim + kv_off;
+                *s = dot(qh, &keys[at..at + hd]) * a.scale;
+            }
+            softmax(att);
+            o.fill(0.0);
+            for (j, &p) in att.iter().enumerate() {
+                let at = (a.lo + j) * a.kv_dim + kv_off;
+                for (x, &v) in o.iter_mut().zip(&values[at..at + hd]) {
+                    *x += p * v;
+                }
+            }
+        }
+    };
+    let threads = threads.clamp(1, MAX_THREADS).min(heads);
+    if threads <= 1 || heads * span * hd * 2 < PARALLEL_MIN_MACS {
+        one(0, out, &mut att[..max_seq]);
+        return;
+    }
+    let per = heads.div_ceil(threads);
+    std::thread::scope(|sc| {
+        let mut parts = out
+            .chunks_mut(per * hd)
+            .zip(att.chunks_mut(max_seq))
+            .enumerate();
+        let first = parts.next();
+        for (i, (o, a)) in parts {
+            sc.spawn(move || one(i * per, o, a));
+        }
+        if let Some((_, (o, a))) = first {
+            one(0, o, a);
+        }
+    });
+}
 
 /// The reference decoder for one sequence, borrowing the weights.
 #[derive(Debug)]
@@ -49,7 +122,7 @@ pub struct Reference<'w> {
     k: Vec<f32>,
     /// Value of this position, all KV heads: (kv_heads * head_dim)
     v: Vec<f32>,
-    /// Attention scores, then probabilities, of one head: (max_seq)
+    /// Attention scores, then probabilities, of one head per thread: (threads, max_seq)
     att: Vec<f32>,
     /// Attention output of all heads: (heads * head_dim)
     attn_out: Vec<f32>,
@@ -63,6 +136,10 @@ pub struct Reference<'w> {
     key_cache: Vec<f32>,
     /// Values of every layer and position: (layers, max_seq, kv_heads * head_dim)
     value_cache: Vec<f32>,
+    /// Round keys and values to f16 as they enter the cache (an f16 KV cache).
+    kv_f16: bool,
+    /// Sliding-window attention over the last `window` positions (0: full causal attention).
+    window: usize,
 }
 
 impl<'w> Reference<'w> {
@@ -79,7 +156,7 @@ impl<'w> Reference<'w> {
             config: c.clone(),
             weights,
             max_seq,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
             inv_freq: c.rope_inv_freq(),
             cos: vec![0.0; c.head_dim / 2],
             sin: vec![0.0; c.head_dim / 2],
@@ -89,19 +166,28 @@ impl<'w> Reference<'w> {
             q: vec![0.0; c.q_dim()],
             k: vec![0.0; c.kv_dim()],
             v: vec![0.0; c.kv_dim()],
-            att: vec![0.0; max_seq],
+            att: vec![0.0; MAX_THREADS * max_seq],
             attn_out: vec![0.0; c.q_dim()],
             hb: vec![0.0; c.intermediate],
             hb2: vec![0.0; c.intermediate],
             logits: vec![0.0; c.vocab],
             key_cache: vec![0.0; kv_cache_len],
             value_cache: vec![0.0; kv_cache_len],
+            kv_f16: false,
+            window: 0,
         })
+    }
+
+    /// Stores keys and values rounded to f16 (`f16`), as an f16 KV cache holds them, and
+    /// attends only the last `window` positions (0: every position), Mistral-style.
+    pub fn set_kv(&mut self, f16: bool, window: usize) {
+        self.kv_f16 = f16;
+        self.window = window;
     }
 
     /// Limits the threads used by matrix-vector products (results do not change).
     pub fn set_threads(&mut self, threads: usize) {
-        self.threads = threads.max(1);
+        self.threads = threads.clamp(1, MAX_THREADS);
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -191,32 +277,45 @@ impl<'w> Reference<'w> {
                 rope_rotate_half(head, &self.cos, &self.sin);
             }
 
-            // 6. KV cache append: key_cache[l, pos] = k, value_cache[l, pos] = v.
+            // 6. KV cache append: key_cache[l, pos] = k, value_cache[l, pos] = v (rounded to
+            //    f16 when the cache is f16).
             let layer_base = l * self.max_seq * kv_dim;
             let at = layer_base + pos * kv_dim;
             self.key_cache[at..at + kv_dim].copy_from_slice(&self.k);
             self.value_cache[at..at + kv_dim].copy_from_slice(&self.v);
-
-            // 7. Causal GQA attention, per query head h (KV head h / group):
-            //    att[t] = q_h . k_t / sqrt(head_dim) for t in 0..=pos; softmax;
-            //    attn_out_h = sum_t att[t] * v_t.                           (head_dim)
-            for (h, out) in self.attn_out.chunks_exact_mut(head_dim).enumerate() {
-                let q = &self.q[h * head_dim..(h + 1) * head_dim];
-                let kv_off = (h / group) * head_dim;
-                let att = &mut self.att[..=pos];
-                for (t, a) in att.iter_mut().enumerate() {
-                    let k_at = layer_base + t * kv_dim + kv_off;
-                    *a = dot(q, &self.key_cache[k_at..k_at + head_dim]) * scale;
+            if self.kv_f16 {
+                for x in &mut self.key_cache[at..at + kv_dim] {
+                    *x = round_f16(*x);
                 }
-                softmax(att);
-                out.fill(0.0);
-                for (t, &a) in att.iter().enumerate() {
-                    let v_at = layer_base + t * kv_dim + kv_off;
-                    for (o, &vv) in out.iter_mut().zip(&self.value_cache[v_at..v_at + head_dim]) {
-                        *o += a * vv;
-                    }
+                for x in &mut self.value_cache[at..at + kv_dim] {
+                    *x = round_f16(*x);
                 }
             }
+
+            // 7. Causal GQA attention, per query head h (KV head h / group), over positions
+            //    lo..=pos (lo = pos + 1 - window under a sliding window, else 0):
+            //    att[t] = q_h . k_t / sqrt(head_dim); softmax; attn_out_h = sum_t att[t] * v_t.
+            let lo = if self.window == 0 {
+                0
+            } else {
+                (pos + 1).saturating_sub(self.window)
+            };
+            attend(
+                &mut self.attn_out,
+                &mut self.att,
+                &self.q,
+                &self.key_cache[layer_base..],
+                &self.value_cache[layer_base..],
+                AttendShape {
+                    head_dim,
+                    kv_dim,
+                    group,
+                    lo,
+                    pos,
+                    scale,
+                },
+                self.threads,
+            );
 
             // 8. Output projection: xb2 = Wo.attn_out.                          (hidden)
             matvec(&mut self.xb2, &lw.o_proj.data, &self.attn_out, self.threads);
@@ -266,6 +365,11 @@ impl Backend for Reference<'_> {
             logits: want_logits.then(|| logits.to_vec()),
         })
     }
+}
+
+/// `x` rounded to the nearest f16 (ties to even), as an f16 KV cache stores it.
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
 }
 
 /// The logits of the last position of `tokens`, recomputed from scratch without a KV cache:

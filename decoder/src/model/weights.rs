@@ -131,12 +131,43 @@ impl Weights {
             let tensor = checkpoint.read(&name, &shape)?;
             by_name.insert(name, tensor);
         }
+        Self::assemble(config, by_name, checkpoint.describe())
+    }
+
+    /// Weights from tensors already in memory (named as in a checkpoint, shapes as the config
+    /// implies), for tests and tools that build models without files.
+    pub fn from_tensors(config: &ModelConfig, tensors: Vec<Tensor>) -> Result<Self, ModelError> {
+        let expected: HashMap<String, Vec<usize>> =
+            tensor_names_and_shapes(config).into_iter().collect();
+        let mut by_name = HashMap::new();
+        for t in tensors {
+            match expected.get(&t.name) {
+                Some(shape) if *shape == t.shape && t.data.len() == t.elements() => {}
+                _ => {
+                    return Err(ModelError::TensorShape {
+                        name: t.name.clone(),
+                        path: PathBuf::from("(weights in memory)"),
+                        expected: expected.get(&t.name).cloned().unwrap_or_default(),
+                        found: t.shape.clone(),
+                    });
+                }
+            }
+            by_name.insert(t.name.clone(), t);
+        }
+        Self::assemble(config, by_name, PathBuf::from("(weights in memory)"))
+    }
+
+    fn assemble(
+        config: &ModelConfig,
+        mut by_name: HashMap<String, Tensor>,
+        source: PathBuf,
+    ) -> Result<Self, ModelError> {
         let mut take = |name: &str| {
             by_name
                 .remove(name)
                 .ok_or_else(|| ModelError::MissingTensor {
                     name: name.to_string(),
-                    path: checkpoint.describe(),
+                    path: source.clone(),
                 })
         };
         let embed_tokens = take("model.embed_tokens.weight")?;
