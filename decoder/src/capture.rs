@@ -8,7 +8,8 @@ use profiler::trace::{
 
 use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
 use crate::exec::knobs::Knobs;
-use crate::generate::{GenerateOptions, Generation, generate};
+use crate::generate::{GenerateOptions, Generation, generate, generate_batch};
+use crate::kv::{KvConfig, KvKind};
 use crate::model::Model;
 use crate::vk::Gpu;
 
@@ -26,6 +27,19 @@ pub struct CaptureSpec {
     pub timestamps: Timestamps,
     /// Read the logits back every step (for logit comparisons; changes the counters).
     pub logits_readback: bool,
+    /// KV layout, element type, batch and prompt chunk.
+    pub kv: KvConfig,
+}
+
+/// The prompts of a batch: sequence b decodes after the first `len - b * step` tokens of
+/// `ids` (`step = ceil(len / (2 * batch))`), so the sequences have different lengths, the
+/// longest the whole prompt, the shortest about half of it.
+pub fn batch_prompts(ids: &[u32], batch: u32) -> Vec<Vec<u32>> {
+    let b = batch.max(1) as usize;
+    let step = ids.len().div_ceil(2 * b);
+    (0..b)
+        .map(|i| ids[..ids.len().saturating_sub(i * step).max(1)].to_vec())
+        .collect()
 }
 
 /// Runs `spec` on `gpu` and returns the trace and the generation.
@@ -39,11 +53,24 @@ pub fn capture(
         knobs: spec.knobs,
         timestamps: spec.timestamps,
         max_seq,
-        max_batch: spec.prompt_ids.len() as u32,
+        kv: spec.kv,
         logits_readback: spec.logits_readback,
     };
     let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
         .context("cannot set up the Vulkan decoder")?;
+    if spec.kv.batch > 1 {
+        let prompts = batch_prompts(&spec.prompt_ids, spec.kv.batch);
+        let mut gens = generate_batch(
+            &mut engine,
+            &prompts,
+            spec.decode_tokens + 1,
+            spec.logits_readback,
+        )?;
+        let mut first = gens.swap_remove(0);
+        first.text = model.tokenizer.decode(&first.ids).unwrap_or_default();
+        let trace = build_trace(&engine, model, spec, &first);
+        return Ok((trace, first));
+    }
     let gen_opts = GenerateOptions {
         max_tokens: spec.decode_tokens + 1,
         temperature: 0.0,
@@ -119,7 +146,21 @@ pub fn build_trace(
                 prompt_tokens: spec.prompt_ids.len() as u32,
                 decode_tokens: spec.decode_tokens as u32,
                 context: 0,
-                kv_layout: "contiguous".into(),
+                kv_layout: spec.kv.layout_name(),
+                kv_dtype: spec.kv.dtype.name().into(),
+                kv_block_size: if spec.kv.kind == KvKind::Paged {
+                    spec.kv.block
+                } else {
+                    0
+                },
+                kv_window: spec.kv.attention_window(),
+                paged_attention: if spec.kv.kind == KvKind::Paged {
+                    spec.kv.paged_attention.name().into()
+                } else {
+                    String::new()
+                },
+                batch: spec.kv.batch.max(1),
+                prefill_chunk: spec.kv.prefill_chunk,
                 timestamps: spec.timestamps.name().into(),
                 generated_ids: generation.ids.clone(),
                 generated_text: generation.text.clone(),
@@ -173,6 +214,8 @@ pub fn summarize(trace: &Trace) -> Summary {
         .filter_map(|t| t.gpu_busy_ns.map(|g| g as f64 / 1e3))
         .collect();
     let wall_us = m(&|t| t.wall_ns as f64 / 1e3);
+    // A decode record of a batch advances every sequence by one token.
+    let batch = trace.meta.run.batch.max(1) as f64;
     Summary {
         decode_tokens: d.len(),
         submits: m(&|t| t.counters.submits() as f64),
@@ -184,7 +227,11 @@ pub fn summarize(trace: &Trace) -> Summary {
         host_enqueue_us: m(&|t| t.host_enqueue_ns as f64 / 1e3),
         gpu_us: (!gpu.is_empty()).then(|| median(gpu)),
         wall_us,
-        tokens_per_s: if wall_us > 0.0 { 1e6 / wall_us } else { 0.0 },
+        tokens_per_s: if wall_us > 0.0 {
+            batch * 1e6 / wall_us
+        } else {
+            0.0
+        },
     }
 }
 

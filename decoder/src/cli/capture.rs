@@ -77,6 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             knobs: args.gpu.knobs(mode),
             timestamps: args.gpu.timestamps,
             logits_readback: args.logits,
+            kv: args.gpu.kv.config()?,
         };
         eprintln!(
             "capturing {} ({}): {} prompt + {} decode tokens",

@@ -4,7 +4,62 @@ use anyhow::Context as _;
 
 use crate::exec::engine::Timestamps;
 use crate::exec::knobs::{KnobArgs, Knobs, Mode};
+use crate::kv::{KvConfig, KvDtype, KvKind, PagedAttention};
 use crate::vk::{Gpu, GpuOptions};
+
+/// The KV cache: layout, element type, batch and prompt chunk.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KvArgs {
+    /// KV cache layout: one contiguous region per sequence, a global pool of blocks with a block
+    /// table per sequence, or a ring of the last --window positions (sliding-window attention).
+    #[arg(
+        long = "kv",
+        value_enum,
+        default_value = "contiguous",
+        help_heading = "KV cache"
+    )]
+    pub kind: KvKind,
+    /// KV cache element type (f16 halves the bytes every decode step reads).
+    #[arg(long, value_enum, default_value = "f16", help_heading = "KV cache")]
+    pub kv_dtype: KvDtype,
+    /// Positions per block of the paged layout: 16 or 32.
+    #[arg(long, default_value_t = 16, help_heading = "KV cache")]
+    pub block_size: u32,
+    /// Paged layout: shuffle the block pool so every block table is scattered.
+    #[arg(long, help_heading = "KV cache")]
+    pub fragment: bool,
+    /// Sliding window in positions (--kv rotating; the model's config has none).
+    #[arg(long, default_value_t = 0, help_heading = "KV cache")]
+    pub window: u32,
+    /// How attention reads a paged cache: copy the blocks into a contiguous scratch first
+    /// (gather), or read them through the block table (fused).
+    #[arg(long, value_enum, default_value = "fused", help_heading = "KV cache")]
+    pub paged_attention: PagedAttention,
+    /// Sequences decoded together; sequence b's prompt is the prompt cut to a different length.
+    #[arg(long, default_value_t = 1, help_heading = "KV cache")]
+    pub batch: u32,
+    /// Most prompt tokens one step processes (longer prompts run in chunks).
+    #[arg(long, default_value_t = 512, help_heading = "KV cache")]
+    pub prefill_chunk: u32,
+}
+
+impl KvArgs {
+    /// The settings, checked (errors name the flag).
+    pub fn config(&self) -> anyhow::Result<KvConfig> {
+        let cfg = KvConfig {
+            kind: self.kind,
+            dtype: self.kv_dtype,
+            block: self.block_size,
+            fragment: self.fragment,
+            window: self.window,
+            paged_attention: self.paged_attention,
+            batch: self.batch,
+            prefill_chunk: self.prefill_chunk,
+        };
+        cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
+        Ok(cfg)
+    }
+}
 
 /// Device, execution knobs and instrumentation.
 #[derive(Debug, Clone, clap::Args)]
@@ -21,6 +76,8 @@ pub struct GpuArgs {
     pub timestamps: Timestamps,
     #[command(flatten)]
     pub knobs: KnobArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
 }
 
 impl GpuArgs {

@@ -102,12 +102,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     args.generation.options().validate()?;
     let model = load_model(&args.model.model)?;
     let ids = prompt_ids(&model, &args.prompt)?;
+    if args.gpu.kv.batch > 1 {
+        anyhow::bail!(
+            "decoder run generates one sequence; --batch {} applies to decoder capture and decoder bench",
+            args.gpu.kv.batch
+        );
+    }
     match args.backend {
         BackendKind::Cpu => {
             let max_seq = ids.len() + args.generation.max_tokens;
+            let kv = args.gpu.kv.config()?;
             let mut backend = model
                 .reference(max_seq)
                 .context("cannot set up the CPU reference")?;
+            backend.set_kv(
+                kv.dtype == crate::kv::KvDtype::F16,
+                kv.attention_window() as usize,
+            );
             run_generation(&mut backend, &model, &ids, &args.generation)?;
         }
         BackendKind::Vulkan => {
@@ -117,7 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 knobs,
                 timestamps: args.gpu.timestamps,
                 max_seq: (ids.len() + args.generation.max_tokens + 1) as u32,
-                max_batch: ids.len() as u32,
+                kv: args.gpu.kv.config()?,
                 logits_readback: args.generation.dump.is_some()
                     || args.generation.temperature > 0.0,
             };

@@ -110,13 +110,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..Default::default()
     };
     let mut cpu = model.reference(ids.len() + args.steps + 1)?;
+    // The engine's default KV cache is f16: the reference rounds K and V the same way.
+    cpu.set_kv(true, 0);
     let want = generate(&mut cpu, &model.tokenizer, &ids, &opts, &mut |_| {})?;
     for mode in [Mode::Generic, Mode::Fused] {
         let eo = EngineOptions {
             knobs: Knobs::preset(mode),
             timestamps: Timestamps::Off,
             max_seq: (ids.len() + args.steps + 1) as u32,
-            max_batch: ids.len() as u32,
+            kv: crate::kv::KvConfig::default(),
             logits_readback: true,
         };
         let mut engine = Engine::new(&gpu, &model.config, &model.weights, eo)?;
