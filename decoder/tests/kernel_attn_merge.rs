@@ -33,8 +33,16 @@ fn attn_merge_splits() {
                 .collect();
             let k = kv_cache(kv_len.max(1), kv_heads * hd, kv_len, seed + 1);
             let v = kv_cache(kv_len.max(1), kv_heads * hd, kv_len, seed + 2);
-            let partial =
-                attn_split_cpu(&q, &k, &v, dims, kv_len, n_splits, 1.0 / (hd as f32).sqrt());
+            let partial = attn_split_cpu(
+                &q,
+                &k,
+                &v,
+                dims,
+                0,
+                kv_len,
+                n_splits,
+                1.0 / (hd as f32).sqrt(),
+            );
             let out = launch(
                 gpu,
                 Shader::AttnMerge,

@@ -73,7 +73,7 @@ fn attn_split_and_merge_gqa_splits() {
                     ],
                 );
                 let got = out_f32(&out, 4);
-                let want = attn_split_cpu(&q, &k, &v, dims, kv_len, n_splits, scale);
+                let want = attn_split_cpu(&q, &k, &v, dims, 0, kv_len, n_splits, scale);
                 let what = format!(
                     "attn_split heads={heads} kv_heads={kv_heads} hd={hd} kv_len={kv_len} n_splits={n_splits} wg={wg}"
                 );

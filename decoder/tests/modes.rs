@@ -9,6 +9,7 @@ use decoder::cli::run::load_model;
 use decoder::exec::engine::{Engine, EngineOptions, Timestamps};
 use decoder::exec::knobs::{Knobs, Mode};
 use decoder::generate::{GenerateOptions, Generation, generate};
+use decoder::kv::KvConfig;
 use decoder::model::Model;
 
 /// The seeds' bar for logits: relative RMS per step.
@@ -36,6 +37,8 @@ fn reference(model: &Model, ids: &[u32], steps: usize) -> Generation {
     let mut cpu = model
         .reference(ids.len() + steps + 1)
         .expect("CPU reference");
+    // The engine's default KV cache is f16: the reference rounds K and V the same way.
+    cpu.set_kv(true, 0);
     generate(
         &mut cpu,
         &model.tokenizer,
@@ -52,7 +55,7 @@ fn on_gpu(model: &Model, knobs: Knobs, ids: &[u32], steps: usize) -> Generation 
             knobs,
             timestamps: Timestamps::Token,
             max_seq: (ids.len() + steps + 1) as u32,
-            max_batch: ids.len() as u32,
+            kv: KvConfig::default(),
             logits_readback: true,
         };
         let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).expect("engine");
@@ -189,7 +192,7 @@ fn replaying_primitive_kernels_is_refused() {
             knobs,
             timestamps: Timestamps::Off,
             max_seq: 16,
-            max_batch: 8,
+            kv: KvConfig::default(),
             logits_readback: true,
         };
         match Engine::new(gpu, &model.config, &model.weights, opts) {
@@ -221,6 +224,7 @@ fn counters_per_decode_token_on_tiny() {
             knobs,
             timestamps: Timestamps::Dispatch,
             logits_readback: false,
+            kv: KvConfig::default(),
         };
         let (trace, _) = common::with_gpu(|gpu| capture(gpu, &model, &spec).expect("capture"));
         let dir = tempfile::tempdir().expect("tempdir");
@@ -238,11 +242,12 @@ fn counters_per_decode_token_on_tiny() {
             let k = &t.counters;
             match mode {
                 Mode::Generic => {
-                    // embed; per layer: norm, q, k, v, (q_norm, k_norm), 2 rope, scores, softmax,
-                    // wsum, o, add, norm, gate, up, silu, down, add; final norm; lm_head.
-                    let dispatches = 1 + layers * (17 + 2 * qk) + 2;
-                    // two KV appends per layer and the logits readback.
-                    let copies = 2 * layers + 1;
+                    // embed; per layer: norm, q, k, v, (q_norm, k_norm), 2 rope, 2 KV appends,
+                    // scores, softmax, wsum, o, add, norm, gate, up, silu, down, add; final norm;
+                    // lm_head.
+                    let dispatches = 1 + layers * (19 + 2 * qk) + 2;
+                    // the logits readback.
+                    let copies = 1;
                     let submits = dispatches + copies;
                     assert_eq!(k.dispatches, dispatches, "generic dispatches");
                     assert_eq!(k.transfer_commands, copies, "generic copies");
