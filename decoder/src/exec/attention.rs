@@ -407,15 +407,27 @@ impl Lower<'_> {
             ..Default::default()
         }
         .bytes();
-        let sp = Self::kv_spec(&geo, &[self.t.attn_wg, self.t.attn_tile]);
+        let (shader, sp, groups) = if self.t.attn_sg > 0 {
+            // Four subgroups (at least 64 invocations) per workgroup, one split each.
+            let sg = self.t.attn_sg;
+            let wg = (4 * sg).max(64);
+            let sp = Self::kv_spec(&geo, &[wg, 0, sg]);
+            (Shader::AttnSplitSg, sp, splits.div_ceil(wg / sg))
+        } else {
+            let sp = Self::kv_spec(
+                &geo,
+                &[self.t.attn_wg, self.t.attn_tile, self.t.attn_prefetch],
+            );
+            (Shader::AttnSplit, sp, splits)
+        };
         self.dispatch(
             format!("L{l}.attn_split"),
             "attention",
             Region::Attn(l),
-            Shader::AttnSplit,
+            shader,
             sp,
             push,
-            Grid::Fixed([splits, s.kv_heads, self.n]),
+            Grid::Fixed([groups, s.kv_heads, self.n]),
             binds,
             facts,
         );
@@ -429,7 +441,8 @@ impl Lower<'_> {
             pad0: 0,
         }
         .bytes();
-        let sp = spec(&[hd.next_power_of_two().clamp(32, 128)]);
+        // (dimension, lane) pairs: two or more lanes per dimension for head_dim <= 128.
+        let sp = spec(&[(2 * hd).next_power_of_two().clamp(64, 256)]);
         self.dispatch(
             format!("L{l}.attn_merge"),
             "attention",

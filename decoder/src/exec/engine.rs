@@ -198,7 +198,12 @@ impl Engine {
             info.subgroup_size,
             opts.max_seq,
             shape.kv_heads,
-        );
+        )
+        .with_subgroups(info.subgroup_size, info.subgroup_arithmetic);
+        let tuning = match std::env::var("DECODESCOPE_TUNING") {
+            Ok(spec) => tuning.with_overrides(&spec).map_err(anyhow::Error::msg)?,
+            Err(_) => tuning,
+        };
         let mut rec = Recorder::new(gpu)?;
         let fence = rec.new_fence()?;
         let epoch_ns = host_now_ns();

@@ -100,6 +100,58 @@ pub struct Tuning {
     /// Positions per tile of the split-K decode attention (shared memory: 16 fits a CPU
     /// driver's 32 KiB, 32 halves the barriers per position on GPUs).
     pub attn_tile: u32,
+    /// 1: `attn_split` loads the next tile into registers while computing the current one.
+    pub attn_prefetch: u32,
+    /// Subgroup size of `attn_split_sg` (one subgroup per split, no workgroup barriers), or 0
+    /// for the tiled `attn_split` (devices without subgroup arithmetic).
+    pub attn_sg: u32,
+}
+
+impl Tuning {
+    /// Uses the subgroup decode attention when the device has subgroup arithmetic with
+    /// subgroups of `subgroup` lanes (4 to 128, a power of two).
+    pub fn with_subgroups(mut self, subgroup: u32, arithmetic: bool) -> Tuning {
+        if arithmetic && subgroup.is_power_of_two() && (4..=128).contains(&subgroup) {
+            self.attn_sg = subgroup;
+        }
+        self
+    }
+
+    /// Applies `key=value` overrides separated by commas (`attn_wg`, `n_splits`, `attn_tile`),
+    /// the form the `DECODESCOPE_TUNING` environment variable takes when tuning kernels on a new
+    /// device. Unknown keys and values the kernels cannot take are refused, naming them.
+    pub fn with_overrides(mut self, spec: &str) -> Result<Tuning, String> {
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("DECODESCOPE_TUNING: {item:?} is not key=value"))?;
+            let v: u32 = value.parse().map_err(|_| {
+                format!("DECODESCOPE_TUNING: {key}={value:?} is not a whole number")
+            })?;
+            match key {
+                "attn_wg" if v.is_power_of_two() && (32..=1024).contains(&v) => self.attn_wg = v,
+                "n_splits" if (1..=256).contains(&v) => self.n_splits = v,
+                "attn_tile" if v == 16 || v == 32 => self.attn_tile = v,
+                "attn_prefetch" if v <= 1 => self.attn_prefetch = v,
+                "attn_sg" if v == 0 || (v.is_power_of_two() && (4..=128).contains(&v)) => {
+                    self.attn_sg = v
+                }
+                "attn_wg" | "n_splits" | "attn_tile" | "attn_prefetch" | "attn_sg" => {
+                    return Err(format!(
+                        "DECODESCOPE_TUNING: {key}={v} is out of range (attn_wg: a power of two \
+                         from 32 to 1024, n_splits: 1 to 256, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
+                         the device's subgroup size)"
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch or attn_sg)"
+                    ));
+                }
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// What a fused matvec computes, for its tuning.
@@ -138,6 +190,8 @@ impl Tuning {
                 n_splits,
                 prefill_rows: false,
                 attn_tile: 32,
+                attn_prefetch: 0,
+                attn_sg: 0,
             }
         } else {
             // CPU drivers (lavapipe) and narrow subgroups.
@@ -152,6 +206,8 @@ impl Tuning {
                 n_splits,
                 prefill_rows: true,
                 attn_tile: 16,
+                attn_prefetch: 0,
+                attn_sg: 0,
             }
         }
     }
