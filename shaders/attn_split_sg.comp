@@ -17,7 +17,7 @@
 // Every K and V element of the split is read from memory once.
 //
 // Limits: head_dim % 4 == 0, head_dim <= 128, G <= 8, gl_SubgroupSize == SG (the size the host
-// read from the device), WG a multiple of SG, SG >= 4.
+// read from the device), WG a multiple of SG, SG a multiple of UNROLL (8).
 // Bindings: 0 params, 1 q f32 [n, heads, hd], 2 block tables, 3 k_cache, 4 v_cache,
 // 5 partial f32 [n, heads, n_splits, hd + 2]. Spec: 0 WG, 2 SG, 4..7 the KV layout.
 // Groups: (ceil(n_splits / (WG / SG)), kv_heads, n).
@@ -39,6 +39,8 @@ const uint MAX_HD4 = 32;
 // vec4 columns of one head per lane (at most 4: SG >= 8 for head_dim 128).
 const uint DPL = (MAX_HD4 + SG - 1) / SG;
 const uint NSG = WG / SG;
+// Loads in flight per lane in the K and V loops (SG must be a multiple of it).
+const uint UNROLL = 8;
 
 layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) readonly buffer Q { vec4 q4[]; };
@@ -107,12 +109,24 @@ void main() {
         bool valid = pos < end;
 
         // 1. Lane j's position: slot and scores.
-        uint slot = valid ? kv_slot(seq, pos) : 0u;
+        // A lane past the end takes the first position's slot: finite data that it weighs 0.
+        uint slot = kv_slot(seq, valid ? pos : t0);
         float s[MAX_G];
         [[unroll]] for (uint g = 0; g < MAX_G; g++) s[g] = 0.0;
         if (valid) {
             uint kb = slot * row4 + kv_off;
-            for (uint c = 0; c < hd4; c++) {
+            // UNROLL loads issued before they are used: the memory round trips overlap.
+            uint c = 0;
+            for (; c + UNROLL <= hd4; c += UNROLL) {
+                vec4 kv[UNROLL];
+                [[unroll]] for (uint u = 0; u < UNROLL; u++) kv[u] = k_load4(kb + c + u);
+                [[unroll]] for (uint u = 0; u < UNROLL; u++) {
+                    [[unroll]] for (uint g = 0; g < MAX_G; g++) {
+                        if (g < group) s[g] += dot(q_sh[g * MAX_HD4 + c + u], kv[u]);
+                    }
+                }
+            }
+            for (; c < hd4; c++) {
                 vec4 kv = k_load4(kb + c);
                 [[unroll]] for (uint g = 0; g < MAX_G; g++) {
                     if (g < group) s[g] += dot(q_sh[g * MAX_HD4 + c], kv);
@@ -138,15 +152,21 @@ void main() {
         subgroupBarrier();
 
         // 3. o += p * V over the SG positions, lane j owning columns j, j + SG, ...
+        //    UNROLL positions at a time, their loads issued together. Lanes past the tail read
+        //    slot 0 (a valid row) with p = 0.
         uint nv = min(SG, end - t0);
-        for (uint j = 0; j < nv; j++) {
-            uint vb = slot_sh[sg * SG + j] * row4 + kv_off;
+        for (uint j0 = 0; j0 < nv; j0 += UNROLL) {
             [[unroll]] for (uint k = 0; k < DPL; k++) {
                 uint c = lane + k * SG;
                 if (c < hd4) {
-                    vec4 vv = v_load4(vb + c);
-                    [[unroll]] for (uint g = 0; g < MAX_G; g++) {
-                        if (g < group) o[g * DPL + k] += p_sh[pbase + g * SG + j] * vv;
+                    vec4 vv[UNROLL];
+                    [[unroll]] for (uint u = 0; u < UNROLL; u++) {
+                        vv[u] = v_load4(slot_sh[sg * SG + j0 + u] * row4 + kv_off + c);
+                    }
+                    [[unroll]] for (uint u = 0; u < UNROLL; u++) {
+                        [[unroll]] for (uint g = 0; g < MAX_G; g++) {
+                            if (g < group) o[g * DPL + k] += p_sh[pbase + g * SG + j0 + u] * vv[u];
+                        }
                     }
                 }
             }

@@ -441,8 +441,8 @@ impl Lower<'_> {
             pad0: 0,
         }
         .bytes();
-        // (dimension, lane) pairs: two or more lanes per dimension for head_dim <= 128.
-        let sp = spec(&[(2 * hd).next_power_of_two().clamp(64, 256)]);
+        // (dimension, lane) pairs: four or more lanes per dimension for head_dim <= 128.
+        let sp = spec(&[(4 * hd).next_power_of_two().clamp(64, 512)]);
         self.dispatch(
             format!("L{l}.attn_merge"),
             "attention",
