@@ -12,9 +12,10 @@
 // position) from shared memory (-inf outside the row's range), an online-softmax update per row
 // (running max m, sum l, rescale alpha), and o = o * alpha + p . V for the output slots each
 // invocation keeps in registers. Memory is bounded by the tile sizes whatever the context.
-// Limits: head_dim % 4 == 0, head_dim <= 128, G <= MAX_R. About 26 KiB of shared memory.
+// Limits: head_dim % 4 == 0, head_dim <= 128, G <= MAX_R. About 25 KiB of shared memory with
+// MAX_R = 16, 28 KiB with 32.
 // Bindings: 0 params, 1 q f32 [n, heads, hd], 2 block tables, 3 k_cache, 4 v_cache,
-// 5 out f32 [n, heads, hd]. Spec: 0 WG, 4..7 the KV layout.
+// 5 out f32 [n, heads, hd]. Spec: 0 WG, 1 MAX_R (0: 16), 4..7 the KV layout.
 // Groups: (ceil(n / TQ), kv_heads, 1).
 #include "common.glsl"
 
@@ -26,11 +27,16 @@
 
 layout(local_size_x_id = 0) in;
 
-const uint MAX_R = 16;
+// Rows per workgroup (spec 1; 0 means 16): 32 on GPUs halves the K/V reads per row.
+layout(constant_id = 1) const uint R_SPEC = 0;
+const uint MAX_R = R_SPEC == 0 ? 16 : R_SPEC;
 const uint MAX_HD4 = 32;
 const uint PAD_HD4 = MAX_HD4 + 1;
-const uint TK = 16;
+// Positions per K/V tile: 16, or 8 with 32 rows (so shared memory stays under 32 KiB).
+const uint TK = MAX_R >= 32 ? 8 : 16;
 const uint O_PER = (MAX_R * MAX_HD4 * 4 + WG - 1) / WG;
+// (row, position) pairs per invocation: pair tid + k * WG is (pair / TK, pair % TK).
+const uint P_PER = (MAX_R * TK + WG - 1) / WG;
 
 layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) readonly buffer Q { vec4 q4[]; };
@@ -46,6 +52,7 @@ layout(push_constant) uniform Push {
 shared vec4 q_sh[MAX_R * PAD_HD4];
 shared vec4 k_sh[TK * PAD_HD4];
 shared vec4 v_sh[TK * MAX_HD4];
+shared float s_sh[MAX_R * TK];
 shared float p_sh[MAX_R * TK];
 shared float alpha_sh[MAX_R];
 shared float inv_l_sh[MAX_R];
@@ -78,10 +85,16 @@ void main() {
         q_sh[r * PAD_HD4 + c] = q4[(tok * pc.heads + h) * hd4 + c] * pc.scale;
     }
 
-    float m_run = neg_inf;
-    float l_run = 0.0;
+    // Running max per (row, position) pair (every pair of a row holds the same value) and
+    // running sum per output slot (kept by the slots with d = 0).
+    float m_run[P_PER];
+    [[unroll]] for (uint k = 0; k < P_PER; k++) m_run[k] = neg_inf;
     float o[O_PER];
-    [[unroll]] for (uint k = 0; k < O_PER; k++) o[k] = 0.0;
+    float l_run[O_PER];
+    [[unroll]] for (uint k = 0; k < O_PER; k++) {
+        o[k] = 0.0;
+        l_run[k] = 0.0;
+    }
     uint row4 = pc.kv_heads * hd4;
 
     for (uint t0 = lo_all; t0 < stop; t0 += TK) {
@@ -97,55 +110,60 @@ void main() {
         barrier();
 
         // 2. Scores, one invocation per (row, position); -inf outside the row's range.
-        for (uint i = tid; i < nr * n; i += WG) {
-            uint r = i / n;
-            uint p = i - r * n;
-            uvec4 row = rows[tq0 + r / group];
-            uint pos = t0 + p;
+        float s_reg[P_PER];
+        [[unroll]] for (uint k = 0; k < P_PER; k++) {
+            uint i = tid + k * WG;
+            uint r = i / TK;
+            uint p = i - r * TK;
             float s = neg_inf;
-            if (pos >= row.z && pos <= row.x) {
-                uint qb = r * PAD_HD4;
-                uint kb = p * PAD_HD4;
-                vec4 s4 = vec4(0.0);
-                uint c = 0;
-                for (; c + 4 <= hd4; c += 4) {
-                    s4.x += dot(q_sh[qb + c], k_sh[kb + c]);
-                    s4.y += dot(q_sh[qb + c + 1], k_sh[kb + c + 1]);
-                    s4.z += dot(q_sh[qb + c + 2], k_sh[kb + c + 2]);
-                    s4.w += dot(q_sh[qb + c + 3], k_sh[kb + c + 3]);
+            if (r < nr && p < n) {
+                uvec4 row = rows[tq0 + r / group];
+                uint pos = t0 + p;
+                if (pos >= row.z && pos <= row.x) {
+                    uint qb = r * PAD_HD4;
+                    uint kb = p * PAD_HD4;
+                    vec4 s4 = vec4(0.0);
+                    uint c = 0;
+                    for (; c + 4 <= hd4; c += 4) {
+                        s4.x += dot(q_sh[qb + c], k_sh[kb + c]);
+                        s4.y += dot(q_sh[qb + c + 1], k_sh[kb + c + 1]);
+                        s4.z += dot(q_sh[qb + c + 2], k_sh[kb + c + 2]);
+                        s4.w += dot(q_sh[qb + c + 3], k_sh[kb + c + 3]);
+                    }
+                    for (; c < hd4; c++) s4.x += dot(q_sh[qb + c], k_sh[kb + c]);
+                    s = (s4.x + s4.y) + (s4.z + s4.w);
                 }
-                for (; c < hd4; c++) s4.x += dot(q_sh[qb + c], k_sh[kb + c]);
-                s = (s4.x + s4.y) + (s4.z + s4.w);
+                s_sh[r * TK + p] = s;
             }
-            p_sh[r * TK + p] = s;
+            s_reg[k] = s;
         }
         barrier();
 
-        // 3. Online softmax update, one invocation per row.
-        if (tid < nr) {
-            float mt = neg_inf;
-            for (uint p = 0; p < n; p++) mt = max(mt, p_sh[tid * TK + p]);
-            float m_new = max(m_run, mt);
-            float alpha = 1.0;
-            if (m_new != neg_inf) {
-                alpha = (m_run == neg_inf) ? 0.0 : exp(m_run - m_new);
-                float sum = 0.0;
-                for (uint p = 0; p < n; p++) {
-                    float sc = p_sh[tid * TK + p];
-                    float e = (sc == neg_inf) ? 0.0 : exp(sc - m_new);
-                    p_sh[tid * TK + p] = e;
-                    sum += e;
+        // 3. Online softmax, in parallel: every pair of a row takes the row's tile max (they all
+        //    agree), turns its own score into a probability; the row's first pair publishes alpha.
+        [[unroll]] for (uint k = 0; k < P_PER; k++) {
+            uint i = tid + k * WG;
+            uint r = i / TK;
+            uint p = i - r * TK;
+            if (r < nr) {
+                float mt = neg_inf;
+                for (uint j = 0; j < n; j++) mt = max(mt, s_sh[r * TK + j]);
+                float m_new = max(m_run[k], mt);
+                float e = 0.0;
+                float alpha = 1.0;
+                if (m_new != neg_inf) {
+                    e = (s_reg[k] == neg_inf) ? 0.0 : exp(s_reg[k] - m_new);
+                    alpha = (m_run[k] == neg_inf) ? 0.0 : exp(m_run[k] - m_new);
+                    m_run[k] = m_new;
                 }
-                l_run = l_run * alpha + sum;
-                m_run = m_new;
-            } else {
-                for (uint p = 0; p < n; p++) p_sh[tid * TK + p] = 0.0;
+                if (p < n) p_sh[r * TK + p] = e;
+                if (p == 0) alpha_sh[r] = alpha;
             }
-            alpha_sh[tid] = alpha;
         }
         barrier();
 
-        // 4. o = o * alpha + sum_p p * V[p, d] for this invocation's slots (row, d).
+        // 4. o = o * alpha + sum_p p * V[p, d] for this invocation's slots (row, d), and the
+        //    running sum for d = 0.
         [[unroll]] for (uint k = 0; k < O_PER; k++) {
             uint slot = tid + k * WG;
             if (slot < nr * hd) {
@@ -153,13 +171,24 @@ void main() {
                 uint d = slot - r * hd;
                 float acc = 0.0;
                 for (uint p = 0; p < n; p++) acc += p_sh[r * TK + p] * v_sh[p * MAX_HD4 + d / 4][d % 4];
-                o[k] = o[k] * alpha_sh[r] + acc;
+                float alpha = alpha_sh[r];
+                o[k] = o[k] * alpha + acc;
+                if (d == 0) {
+                    float sum = 0.0;
+                    for (uint p = 0; p < n; p++) sum += p_sh[r * TK + p];
+                    l_run[k] = l_run[k] * alpha + sum;
+                }
             }
         }
         barrier();
     }
 
-    if (tid < nr) inv_l_sh[tid] = l_run > 0.0 ? 1.0 / l_run : 0.0;
+    [[unroll]] for (uint k = 0; k < O_PER; k++) {
+        uint slot = tid + k * WG;
+        if (slot < nr * hd && slot % hd == 0) {
+            inv_l_sh[slot / hd] = l_run[k] > 0.0 ? 1.0 / l_run[k] : 0.0;
+        }
+    }
     barrier();
     [[unroll]] for (uint k = 0; k < O_PER; k++) {
         uint slot = tid + k * WG;

@@ -12,8 +12,10 @@ settings=("$@")
 for b in $bins; do
   for s in "${settings[@]}"; do
     echo "== $b ${s:-defaults}"
+    SECONDS=0
     DECODESCOPE_TUNING=$s "$b" bench --model "${MODEL:-qwen3-0.6b}" --mode fused --context "$ctx" \
       --batch "${BATCH:-1}" --kv "${KV:-contiguous}" --max-tokens "${TOKENS:-16}" --out "$out/t" 2>&1 |
       grep -E "^\| fused|rror" || true
+    echo "   ($SECONDS s including the prompt)"
   done
 done

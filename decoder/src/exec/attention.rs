@@ -147,7 +147,7 @@ impl Lower<'_> {
             read(v),
             write(out),
         ];
-        let tq = prefill_tokens_per_group(s.heads / s.kv_heads);
+        let tq = prefill_tokens_per_group_rows(s.heads / s.kv_heads, self.t.prefill_max_r);
         let tiles = self.n.div_ceil(tq);
         // Each query tile reads the K and V rows it attends once.
         let facts = OpInfo {
@@ -174,7 +174,7 @@ impl Lower<'_> {
         } else {
             (
                 Shader::AttnPrefill,
-                Self::kv_spec(&geo, &[self.t.attn_wg.max(64)]),
+                Self::kv_spec(&geo, &[self.t.attn_wg.max(64), self.t.prefill_max_r]),
                 Grid::Fixed([tiles, s.kv_heads, 1]),
             )
         };

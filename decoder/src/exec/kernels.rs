@@ -228,10 +228,16 @@ push_block! {
     AttnPrefillPush { heads: u32, kv_heads: u32, head_dim: u32, scale: f32 } = 16
 }
 
-/// Query tokens per `attn_prefill` workgroup for `group` query heads per KV head (`MAX_R = 16`
-/// rows in the shader).
+/// Query tokens per `attn_prefill` workgroup for `group` query heads per KV head with the
+/// shader's default `MAX_R = 16` rows (spec 1 = 0).
 pub fn prefill_tokens_per_group(group: u32) -> u32 {
-    (16 / group.max(1)).max(1)
+    prefill_tokens_per_group_rows(group, 16)
+}
+
+/// Query tokens per `attn_prefill` workgroup of `max_r` rows (spec 1) for `group` query heads
+/// per KV head.
+pub fn prefill_tokens_per_group_rows(group: u32, max_r: u32) -> u32 {
+    (max_r / group.max(1)).max(1)
 }
 
 /// The positions one `attn_split` split covers for a row attending `span` positions:

@@ -105,6 +105,8 @@ pub struct Tuning {
     /// Subgroup size of `attn_split_sg` (one subgroup per split, no workgroup barriers), or 0
     /// for the tiled `attn_split` (devices without subgroup arithmetic).
     pub attn_sg: u32,
+    /// Query rows per `attn_prefill` workgroup (16 or 32).
+    pub prefill_max_r: u32,
 }
 
 impl Tuning {
@@ -136,16 +138,19 @@ impl Tuning {
                 "attn_sg" if v == 0 || (v.is_power_of_two() && (8..=128).contains(&v)) => {
                     self.attn_sg = v
                 }
-                "attn_wg" | "n_splits" | "attn_tile" | "attn_prefetch" | "attn_sg" => {
+                "prefill_max_r" if v == 16 || v == 32 => self.prefill_max_r = v,
+                "attn_wg" | "n_splits" | "attn_tile" | "attn_prefetch" | "attn_sg"
+                | "prefill_max_r" => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: {key}={v} is out of range (attn_wg: a power of two \
                          from 32 to 1024, n_splits: 1 to 256, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
-                         the device's subgroup size)"
+                         the device's subgroup size, prefill_max_r: 16 or 32)"
                     ));
                 }
                 _ => {
                     return Err(format!(
-                        "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch or attn_sg)"
+                        "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch, attn_sg or \
+                         prefill_max_r)"
                     ));
                 }
             }
@@ -194,6 +199,7 @@ impl Tuning {
                 attn_tile: 32,
                 attn_prefetch: 0,
                 attn_sg: 0,
+                prefill_max_r: 32,
             }
         } else {
             // CPU drivers (lavapipe) and narrow subgroups.
@@ -210,6 +216,7 @@ impl Tuning {
                 attn_tile: 16,
                 attn_prefetch: 0,
                 attn_sg: 0,
+                prefill_max_r: 16,
             }
         }
     }
