@@ -170,13 +170,6 @@ pub fn params(pos0: usize, n_tokens: usize, kv_len: usize) -> Binding {
     }
 }
 
-/// `(lo, pos)` of each row, as the CPU references take them.
-pub fn spans(rows: &[RowParams]) -> Vec<(usize, usize)> {
-    rows.iter()
-        .map(|r| (r.lo as usize, r.pos as usize))
-        .collect()
-}
-
 /// A KV cache layout that the kernel tests run every cache-addressing kernel over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvCase {
