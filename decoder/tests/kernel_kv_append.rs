@@ -12,8 +12,8 @@ use decoder::exec::harness::Binding;
 use decoder::exec::kernels::KvAppendPush;
 use decoder::shaders::Shader;
 use kernel_support::{
-    KV_CASES, KvLayout, assert_exact, chunk_rows, decode_rows, launch, lens_and_step,
-    logical_caches, params_rows, rows_name,
+    KV_CASES, KvLayout, chunk_rows, decode_rows, launch, lens_and_step, logical_caches,
+    params_rows, rows_name,
 };
 
 /// Source rows: random values over several binades, with values whose f16 rounding is a tie (to
@@ -95,7 +95,7 @@ fn kv_append_layouts_rows_f16_rounding() {
                 );
                 let got = layout.logical(out[3].as_ref().expect("cache read back"), &what);
                 // A conversion and copies: exact, written rows and untouched rows alike.
-                assert_exact(&layout.held_values(&got), &layout.held_values(&want), &what);
+                layout.assert_held_exact(&got, &want, &what);
             }
         }
     });

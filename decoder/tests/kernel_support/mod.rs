@@ -462,15 +462,19 @@ impl KvLayout {
         out
     }
 
-    /// The held positions of every sequence, concatenated (what [`KvLayout::logical`] can
-    /// compare).
-    pub fn held_values(&self, logical: &[Vec<f32>]) -> Vec<f32> {
-        (0..self.lens.len())
-            .flat_map(|s| {
-                let h = self.held(s);
-                logical[s][h.start * self.row..h.end * self.row].to_vec()
-            })
-            .collect()
+    /// Asserts that every held position of `got` (from [`KvLayout::logical`]) equals `want`
+    /// bitwise, naming the sequence and position that differ.
+    pub fn assert_held_exact(&self, got: &[Vec<f32>], want: &[Vec<f32>], what: &str) {
+        let row = self.row;
+        for s in 0..self.lens.len() {
+            for pos in self.held(s) {
+                assert_exact(
+                    &got[s][pos * row..(pos + 1) * row],
+                    &want[s][pos * row..(pos + 1) * row],
+                    &format!("{what}: sequence {s} position {pos}"),
+                );
+            }
+        }
     }
 }
 
