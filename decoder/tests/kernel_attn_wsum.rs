@@ -1,168 +1,211 @@
-//! attn_wsum.comp against its CPU computation (GQA ratios 1, 3, 4 and 8, head_dim 64 and 128,
-//! first positions 0 and > 0, several tokens, probabilities and V rows past the causal length
-//! poisoned with NaN), and the whole primitive attention chain attn_scores -> softmax ->
-//! attn_wsum on the GPU against `attention_cpu`.
+//! attn_wsum.comp against its CPU computation over every KV layout (contiguous f32 and f16, paged
+//! blocks of 16 and 32 on fragmented pools, a wrapped rotating ring), GQA ratios 1, 3, 4 and 8,
+//! head_dim 64 and 128, decode steps of several sequences and prompt chunks past position 0,
+//! sliding windows; probabilities outside each row's range and cache slots holding no position
+//! are NaN. Then the whole primitive attention chain attn_scores -> softmax -> attn_wsum on the
+//! GPU against `attention_rows_cpu`, over every layout.
 mod common;
 mod kernel_support;
 
 use decoder::exec::harness::Binding;
-use decoder::exec::kernels::{
-    AttnDims, ScoresPush, SoftmaxPush, WsumPush, attention_cpu, attn_wsum_cpu, softmax_cpu,
-};
+use decoder::exec::kernels::{AttnDims, RowParams, ScoresPush, SoftmaxPush, WsumPush};
 use decoder::shaders::Shader;
 use kernel_support::{
-    ATTN_SHAPES, assert_close, assert_close_scaled, kv_cache, launch, out_f32, params,
+    ATTN_SHAPES, KV_CASES, KvLayout, abs_caches, abs_vec, assert_close, assert_close_scaled,
+    attention_seqs_cpu, chunk_rows, decode_rows, launch, lens_and_step, logical_caches, out_f32,
+    params_rows, rows_name, softmax_rows_cpu, wsum_rows_cpu,
 };
 
+/// The rows of step `kind` (0: a decode step of three sequences in another order than the
+/// sequences; 1: a prompt chunk of sequence 1) under `window`.
+fn step_rows(kind: usize, window: usize) -> Vec<RowParams> {
+    if kind == 0 {
+        decode_rows(&[(1, 70), (2, 37), (0, 12)], window)
+    } else {
+        chunk_rows(1, 50, 3, window)
+    }
+}
+
 #[test]
-fn attn_wsum_gqa_positions() {
+fn attn_wsum_layouts_rows_windows() {
     common::with_gpu(|gpu| {
-        let max_seq = 80;
+        let max_seq = 72;
         for (i, &(heads, kv_heads, hd)) in ATTN_SHAPES.iter().enumerate() {
-            for (pos0, n_tokens, wg) in [(0, 3, 32), (37, 2, 64), (70, 1, 256)] {
-                let dims = AttnDims {
-                    heads,
-                    kv_heads,
-                    head_dim: hd,
-                };
-                let kv_len = pos0 + n_tokens;
-                let stride = kv_len + 2;
-                let mut p: Vec<f32> = common::rand_vec(n_tokens * heads * stride, 300 + i as u64)
-                    .iter()
-                    .map(|v| v * 4.0)
-                    .collect();
-                softmax_cpu(&mut p, heads, stride, pos0);
-                for (r, row) in p.chunks_mut(stride).enumerate() {
-                    for v in &mut row[pos0 + r / heads + 1..] {
-                        *v = f32::NAN;
+            for (c, case) in KV_CASES.iter().enumerate() {
+                for kind in 0..2 {
+                    let v = i + c + kind;
+                    let window = if case.rotating() { 20 } else { [0, 29][v % 2] };
+                    let wg = [32, 64, 256][v % 3];
+                    let rows = step_rows(kind, window);
+                    let n = rows.len();
+                    let dims = AttnDims {
+                        heads,
+                        kv_heads,
+                        head_dim: hd,
+                    };
+                    let kv_dim = kv_heads * hd;
+                    let (lens, step) = lens_and_step(&rows, 3);
+                    let layout = KvLayout::new(*case, kv_dim, max_seq, &lens, step, window);
+                    assert!(!case.rotating() || layout.wrapped(), "the ring must wrap");
+                    let seed = 300 + 10 * (5 * i + c) as u64 + kind as u64;
+                    let vals = layout.round(&logical_caches(&lens, kv_dim, seed, 1.0));
+                    let stride = lens.iter().max().expect("sequences") + 2;
+                    let mut p: Vec<f32> = common::rand_vec(n * heads * stride, seed + 1)
+                        .iter()
+                        .map(|x| x * 4.0)
+                        .collect();
+                    softmax_rows_cpu(&mut p, heads, stride, &rows);
+                    for (l, line) in p.chunks_mut(stride).enumerate() {
+                        let r = rows[l / heads];
+                        for (j, x) in line.iter_mut().enumerate() {
+                            if j < r.lo as usize || j > r.pos as usize {
+                                *x = f32::NAN;
+                            }
+                        }
                     }
+                    let push = WsumPush {
+                        heads: heads as u32,
+                        kv_heads: kv_heads as u32,
+                        head_dim: hd as u32,
+                        stride: stride as u32,
+                    };
+                    let out = launch(
+                        gpu,
+                        Shader::AttnWsum,
+                        push.bytes(),
+                        [(hd as u32).div_ceil(wg), heads as u32, n as u32],
+                        &layout.spec(&[wg]),
+                        &[
+                            params_rows(&rows),
+                            Binding::input_f32(&p),
+                            layout.table(),
+                            layout.cache(&vals),
+                            Binding::output_f32(n * heads * hd, f32::NAN),
+                        ],
+                    );
+                    let magnitude =
+                        wsum_rows_cpu(&abs_vec(&p), &abs_caches(&vals), dims, &rows, stride);
+                    // Sums over positions in another order: |diff| <= 1e-5 * sum |p v|.
+                    assert_close_scaled(
+                        &out_f32(&out, 4),
+                        &wsum_rows_cpu(&p, &vals, dims, &rows, stride),
+                        &magnitude,
+                        1e-5,
+                        &format!(
+                            "attn_wsum {} heads={heads} kv_heads={kv_heads} hd={hd} rows={} window={window} wg={wg}",
+                            case.name(),
+                            rows_name(&rows)
+                        ),
+                    );
                 }
-                let v = kv_cache(max_seq, kv_heads * hd, kv_len, 400 + i as u64);
-                let push = WsumPush {
-                    heads: heads as u32,
-                    kv_heads: kv_heads as u32,
-                    head_dim: hd as u32,
-                    stride: stride as u32,
-                };
-                let out = launch(
-                    gpu,
-                    Shader::AttnWsum,
-                    push.bytes(),
-                    [(hd as u32).div_ceil(wg), heads as u32, n_tokens as u32],
-                    &[wg],
-                    &[
-                        params(pos0, n_tokens, kv_len),
-                        Binding::input_f32(&p),
-                        Binding::input_f32(&v),
-                        Binding::output_f32(n_tokens * heads * hd, f32::NAN),
-                    ],
-                );
-                let abs = |x: &[f32]| x.iter().map(|a| a.abs()).collect::<Vec<_>>();
-                let magnitude = attn_wsum_cpu(&abs(&p), &abs(&v), dims, pos0, stride);
-                // Sums over positions in another order: |diff| <= 1e-5 * sum |p v|.
-                assert_close_scaled(
-                    &out_f32(&out, 3),
-                    &attn_wsum_cpu(&p, &v, dims, pos0, stride),
-                    &magnitude,
-                    1e-5,
-                    &format!(
-                        "attn_wsum heads={heads} kv_heads={kv_heads} hd={hd} pos0={pos0} tokens={n_tokens} wg={wg}"
-                    ),
-                );
             }
         }
     });
 }
 
 #[test]
-fn primitive_attention_chain_matches_attention_cpu() {
+fn primitive_attention_chain_matches_attention_rows_cpu() {
     common::with_gpu(|gpu| {
-        let max_seq = 64;
+        let max_seq = 72;
         for (i, &(heads, kv_heads, hd)) in ATTN_SHAPES.iter().enumerate() {
-            let (pos0, n_tokens, wg) = [
-                (0, 4, 64),
-                (29, 3, 32),
-                (50, 1, 128),
-                (13, 2, 256),
-                (61, 1, 64),
-            ][i];
-            let dims = AttnDims {
-                heads,
-                kv_heads,
-                head_dim: hd,
-            };
-            let kv_len = pos0 + n_tokens;
-            let stride = max_seq;
-            let scale = 1.0 / (hd as f32).sqrt();
-            let q = common::rand_vec(n_tokens * heads * hd, 500 + i as u64);
-            let k = kv_cache(max_seq, kv_heads * hd, kv_len, 600 + i as u64);
-            let v = kv_cache(max_seq, kv_heads * hd, kv_len, 700 + i as u64);
-            let prm = params(pos0, n_tokens, kv_len);
-            let (h32, kvh32, hd32) = (heads as u32, kv_heads as u32, hd as u32);
-            let scores = launch(
-                gpu,
-                Shader::AttnScores,
-                ScoresPush {
-                    heads: h32,
-                    kv_heads: kvh32,
-                    head_dim: hd32,
-                    stride: stride as u32,
-                    scale,
-                    ..Default::default()
-                }
-                .bytes(),
-                [(kv_len as u32).div_ceil(wg), h32, n_tokens as u32],
-                &[wg],
-                &[
-                    prm.clone(),
-                    Binding::input_f32(&q),
-                    Binding::input_f32(&k),
-                    Binding::output_f32(n_tokens * heads * stride, 0.0),
-                ],
-            );
-            let probs = launch(
-                gpu,
-                Shader::Softmax,
-                SoftmaxPush {
-                    heads: h32,
-                    stride: stride as u32,
-                    ..Default::default()
-                }
-                .bytes(),
-                [h32, n_tokens as u32, 1],
-                &[wg],
-                &[prm.clone(), Binding::inout_f32(&out_f32(&scores, 3))],
-            );
-            let out = launch(
-                gpu,
-                Shader::AttnWsum,
-                WsumPush {
-                    heads: h32,
-                    kv_heads: kvh32,
-                    head_dim: hd32,
-                    stride: stride as u32,
-                }
-                .bytes(),
-                [hd32.div_ceil(wg), h32, n_tokens as u32],
-                &[wg],
-                &[
-                    prm,
-                    Binding::input_f32(&out_f32(&probs, 1)),
-                    Binding::input_f32(&v),
-                    Binding::output_f32(n_tokens * heads * hd, f32::NAN),
-                ],
-            );
-            // Three f32 stages, each within ~1e-6 relative; outputs are convex combinations of
-            // values in [-1, 1): 2e-5 absolute.
-            assert_close(
-                &out_f32(&out, 3),
-                &attention_cpu(&q, &k, &v, dims, pos0, scale),
-                2e-5,
-                0.0,
-                &format!(
-                    "primitive attention heads={heads} kv_heads={kv_heads} hd={hd} pos0={pos0} tokens={n_tokens} wg={wg}"
-                ),
-            );
+            for (c, case) in KV_CASES.iter().enumerate() {
+                // Every shape meets every layout; the step kind and the workgroup alternate.
+                let kind = (i + c) % 2;
+                let wg = [64, 32, 128, 256][(i + c) % 4];
+                let window = if case.rotating() {
+                    20
+                } else {
+                    [0, 0, 29][(i + c) % 3]
+                };
+                let rows = step_rows(kind, window);
+                let n = rows.len();
+                let dims = AttnDims {
+                    heads,
+                    kv_heads,
+                    head_dim: hd,
+                };
+                let kv_dim = kv_heads * hd;
+                let (lens, step) = lens_and_step(&rows, 3);
+                let layout = KvLayout::new(*case, kv_dim, max_seq, &lens, step, window);
+                let seed = 500 + 10 * (5 * i + c) as u64;
+                let k = layout.round(&logical_caches(&lens, kv_dim, seed, 1.0));
+                let v = layout.round(&logical_caches(&lens, kv_dim, seed + 1, 1.0));
+                let q = common::rand_vec(n * heads * hd, seed + 2);
+                let kv_len = *lens.iter().max().expect("sequences");
+                let stride = max_seq;
+                let scale = 1.0 / (hd as f32).sqrt();
+                let prm = params_rows(&rows);
+                let (h32, kvh32, hd32) = (heads as u32, kv_heads as u32, hd as u32);
+                let spec = layout.spec(&[wg]);
+                let scores = launch(
+                    gpu,
+                    Shader::AttnScores,
+                    ScoresPush {
+                        heads: h32,
+                        kv_heads: kvh32,
+                        head_dim: hd32,
+                        stride: stride as u32,
+                        scale,
+                        ..Default::default()
+                    }
+                    .bytes(),
+                    [(kv_len as u32).div_ceil(wg), h32, n as u32],
+                    &spec,
+                    &[
+                        prm.clone(),
+                        Binding::input_f32(&q),
+                        layout.table(),
+                        layout.cache(&k),
+                        Binding::output_f32(n * heads * stride, f32::NAN),
+                    ],
+                );
+                let probs = launch(
+                    gpu,
+                    Shader::Softmax,
+                    SoftmaxPush {
+                        heads: h32,
+                        stride: stride as u32,
+                        ..Default::default()
+                    }
+                    .bytes(),
+                    [h32, n as u32, 1],
+                    &[wg],
+                    &[prm.clone(), Binding::inout_f32(&out_f32(&scores, 4))],
+                );
+                let out = launch(
+                    gpu,
+                    Shader::AttnWsum,
+                    WsumPush {
+                        heads: h32,
+                        kv_heads: kvh32,
+                        head_dim: hd32,
+                        stride: stride as u32,
+                    }
+                    .bytes(),
+                    [hd32.div_ceil(wg), h32, n as u32],
+                    &spec,
+                    &[
+                        prm,
+                        Binding::input_f32(&out_f32(&probs, 1)),
+                        layout.table(),
+                        layout.cache(&v),
+                        Binding::output_f32(n * heads * hd, f32::NAN),
+                    ],
+                );
+                // Three f32 stages, each within ~1e-6 relative, on the same cache values as the
+                // CPU; outputs are convex combinations of values in [-1, 1): 2e-5 absolute.
+                assert_close(
+                    &out_f32(&out, 4),
+                    &attention_seqs_cpu(&q, &k, &v, dims, &rows, scale),
+                    2e-5,
+                    0.0,
+                    &format!(
+                        "primitive attention {} heads={heads} kv_heads={kv_heads} hd={hd} rows={} window={window} wg={wg}",
+                        case.name(),
+                        rows_name(&rows)
+                    ),
+                );
+            }
         }
     });
 }

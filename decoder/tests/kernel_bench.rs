@@ -7,7 +7,10 @@
 //! microsecond (GB/s).
 mod common;
 
-use decoder::exec::kernels::{AttnSplitPush, Epilogue, MatvecFusedPush, MatvecPush};
+use decoder::exec::kernels::{
+    AttnSplitPush, Epilogue, MatvecFusedPush, MatvecPush, RowParams, TokenParams, params_bytes,
+};
+use decoder::kv::KvDtype;
 use decoder::shaders::Shader;
 use decoder::vk::{
     BufRange, BufferDesc, Gpu, GpuOptions, PipelineDesc, Queue, Recorder, SPEC_CONSTANTS,
@@ -243,47 +246,76 @@ fn bench_hot_kernels() {
         }
     }
 
-    // Split-K attention: 16 q heads, 8 KV heads, head_dim 128, f32 caches.
+    // Split-K attention: 16 q heads, 8 KV heads, head_dim 128, contiguous f16 and f32 caches,
+    // one decode row, the tile the engine's tuning picks for this device.
     let (heads, kv_heads, hd) = (16u32, 8u32, 128u32);
-    for kv_len in [512u32, 2048] {
-        let max_seq = kv_len as u64;
-        let cache = max_seq * kv_heads as u64 * hd as u64 * 4;
-        let params: Vec<u8> = bytemuck::cast_slice(&[kv_len - 1, 1, kv_len, 0]).to_vec();
-        for n_splits in [8u32, 16, 32, 64] {
-            let push = AttnSplitPush {
-                heads,
-                kv_heads,
-                head_dim: hd,
-                n_splits,
-                scale: 0.088,
-                ..Default::default()
-            }
-            .bytes();
-            let binds = [
-                Bind {
-                    bytes: 16,
-                    init: Some(params.clone()),
-                },
-                bind(heads as u64 * hd as u64 * 4),
-                bind(cache),
-                bind(cache),
-                bind(heads as u64 * n_splits as u64 * (hd as u64 + 2) * 4),
-            ];
-            for wg in [32u32, 64, 128, 256] {
-                let us = time_us(
-                    &gpu,
-                    Shader::AttnSplit,
-                    &push,
-                    &[wg],
-                    [n_splits, kv_heads, 1],
-                    &binds,
-                );
-                report(
-                    &format!("attn_split kv_len={kv_len} splits={n_splits}"),
-                    &[wg],
-                    us,
-                    2 * cache,
-                );
+    let tile = decoder::exec::program::Tuning::for_device(
+        gpu.info().compute_units,
+        gpu.info().subgroup_size,
+        2048,
+        kv_heads,
+    )
+    .attn_tile;
+    for dtype in [KvDtype::F16, KvDtype::F32] {
+        for kv_len in [512u32, 2048] {
+            let max_seq = kv_len as u64;
+            let cache = max_seq * kv_heads as u64 * hd as u64 * dtype.bytes();
+            let header = TokenParams {
+                pos0: kv_len - 1,
+                n_tokens: 1,
+                kv_len,
+                n_seqs: 1,
+            };
+            let row = RowParams {
+                pos: kv_len - 1,
+                seq: 0,
+                lo: 0,
+                pad0: 0,
+            };
+            let params = params_bytes(&header, &[row]);
+            for n_splits in [8u32, 16, 32, 64] {
+                let push = AttnSplitPush {
+                    heads,
+                    kv_heads,
+                    head_dim: hd,
+                    n_splits,
+                    scale: 0.088,
+                    ..Default::default()
+                }
+                .bytes();
+                let binds = [
+                    Bind {
+                        bytes: params.len() as u64,
+                        init: Some(params.clone()),
+                    },
+                    bind(heads as u64 * hd as u64 * 4),
+                    // The block table (unused by the contiguous layout).
+                    bind(16),
+                    bind(cache),
+                    bind(cache),
+                    bind(heads as u64 * n_splits as u64 * (hd as u64 + 2) * 4),
+                ];
+                for wg in [32u32, 64, 128, 256] {
+                    // Spec 4..=7: contiguous, max_seq positions, table stride 1, f16 flag.
+                    let spec = [wg, tile, 0, 0, 0, kv_len, 1, (dtype == KvDtype::F16) as u32];
+                    let us = time_us(
+                        &gpu,
+                        Shader::AttnSplit,
+                        &push,
+                        &spec,
+                        [n_splits, kv_heads, 1],
+                        &binds,
+                    );
+                    report(
+                        &format!(
+                            "attn_split {} kv_len={kv_len} splits={n_splits}",
+                            dtype.name()
+                        ),
+                        &spec,
+                        us,
+                        2 * cache,
+                    );
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 //! matvec_fused.comp against its CPU computation: every epilogue (store, residual, SwiGLU) with
 //! and without the folded RMSNorm; both load widths (cols % 8 == 0: 8 halves per load, cols % 8
-//! == 4: 4 halves); row counts that are not multiples of ROWS; workgroup sizes 32 to 256.
+//! == 4: 4 halves); row counts that are not multiples of ROWS; workgroup sizes 32 to 256; one
+//! token row or several (one workgroup row per token row, as a batched decode step runs it).
 mod common;
 mod kernel_support;
 
@@ -15,18 +16,18 @@ use kernel_support::{assert_close_scaled, f16_vec, launch, out_f32};
 fn matvec_fused_epilogues_norm_and_widths() {
     common::with_gpu(|gpu| {
         let eps = 1e-6;
-        // (rows, cols, WG, ROWS)
+        // (rows, cols, WG, ROWS, token rows)
         let shapes = [
-            (37, 132, 32, 1),
-            (70, 256, 64, 4),
-            (129, 520, 128, 2),
-            (5, 100, 256, 8),
-            (33, 1028, 64, 3),
+            (37, 132, 32, 1, 1),
+            (70, 256, 64, 4, 3),
+            (129, 520, 128, 2, 2),
+            (5, 100, 256, 8, 4),
+            (33, 1028, 64, 3, 1),
         ];
         let mut case = 0u64;
         for epilogue in [Epilogue::Store, Epilogue::Residual, Epilogue::SwiGlu] {
             for norm in [false, true] {
-                for &(rows, cols, wg, rows_per_group) in &shapes {
+                for &(rows, cols, wg, rows_per_group, n) in &shapes {
                     case += 1;
                     let w_rows = if epilogue == Epilogue::SwiGlu {
                         2 * rows
@@ -34,7 +35,7 @@ fn matvec_fused_epilogues_norm_and_widths() {
                         rows
                     };
                     let w = f16_vec(w_rows * cols, 10 * case, 1.0);
-                    let x: Vec<f32> = common::rand_vec(cols, 20 * case)
+                    let x: Vec<f32> = common::rand_vec(n * cols, 20 * case)
                         .iter()
                         .map(|v| 3.0 * v)
                         .collect();
@@ -42,7 +43,7 @@ fn matvec_fused_epilogues_norm_and_widths() {
                         .iter()
                         .map(|v| 1.0 + 0.5 * v)
                         .collect();
-                    let y0 = common::rand_vec(rows, 40 * case);
+                    let y0 = common::rand_vec(n * rows, 40 * case);
                     let push = MatvecFusedPush {
                         rows: rows as u32,
                         cols: cols as u32,
@@ -53,7 +54,7 @@ fn matvec_fused_epilogues_norm_and_widths() {
                         gpu,
                         Shader::MatvecFused,
                         push.bytes(),
-                        [(rows as u32).div_ceil(rows_per_group), 1, 1],
+                        [(rows as u32).div_ceil(rows_per_group), n as u32, 1],
                         &[wg, rows_per_group, norm as u32, epilogue.spec()],
                         &[
                             Binding::input_f16(&w),
@@ -63,33 +64,35 @@ fn matvec_fused_epilogues_norm_and_widths() {
                         ],
                     );
                     let mut want = y0.clone();
-                    matvec_fused_cpu(
-                        &w,
-                        &x,
-                        norm.then_some((norm_w.as_slice(), eps)),
-                        epilogue,
-                        &mut want,
-                    );
-                    // The scale of each result: sum |w f(x)| per weight row, times |up| for
-                    // SwiGLU's product, plus |y0| for the residual.
-                    let fx = if norm {
-                        rmsnorm_cpu(&x, &norm_w, cols, eps)
-                    } else {
-                        x.clone()
-                    };
-                    let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
-                    let mag_rows = matvec_cpu(&abs(&w), &abs(&fx), w_rows, cols);
-                    let acc = matvec_cpu(&w, &fx, w_rows, cols);
-                    let magnitude: Vec<f32> = (0..rows)
-                        .map(|r| match epilogue {
+                    let mut magnitude = Vec::with_capacity(n * rows);
+                    for t in 0..n {
+                        let xt = &x[t * cols..(t + 1) * cols];
+                        matvec_fused_cpu(
+                            &w,
+                            xt,
+                            norm.then_some((norm_w.as_slice(), eps)),
+                            epilogue,
+                            &mut want[t * rows..(t + 1) * rows],
+                        );
+                        // The scale of each result: sum |w f(x)| per weight row, times |up| for
+                        // SwiGLU's product, plus |y0| for the residual.
+                        let fx = if norm {
+                            rmsnorm_cpu(xt, &norm_w, cols, eps)
+                        } else {
+                            xt.to_vec()
+                        };
+                        let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+                        let mag_rows = matvec_cpu(&abs(&w), &abs(&fx), w_rows, cols);
+                        let acc = matvec_cpu(&w, &fx, w_rows, cols);
+                        magnitude.extend((0..rows).map(|r| match epilogue {
                             Epilogue::Store => mag_rows[r],
-                            Epilogue::Residual => mag_rows[r] + y0[r].abs(),
+                            Epilogue::Residual => mag_rows[r] + y0[t * rows + r].abs(),
                             Epilogue::SwiGlu => {
                                 mag_rows[r] * acc[r + rows].abs().max(1.0)
                                     + mag_rows[r + rows] * acc[r].abs()
                             }
-                        })
-                        .collect();
+                        }));
+                    }
                     // f16 weights exact; f32 sums in another order (and the norm's scale):
                     // |diff| <= 2e-5 * magnitude.
                     assert_close_scaled(
@@ -98,7 +101,7 @@ fn matvec_fused_epilogues_norm_and_widths() {
                         &magnitude,
                         2e-5,
                         &format!(
-                            "matvec_fused {epilogue:?} norm={norm} rows={rows} cols={cols} wg={wg} ROWS={rows_per_group}"
+                            "matvec_fused {epilogue:?} norm={norm} rows={rows} cols={cols} tokens={n} wg={wg} ROWS={rows_per_group}"
                         ),
                     );
                 }
