@@ -10,7 +10,7 @@ mod common;
 mod kernel_support;
 
 use decoder::exec::harness::Binding;
-use decoder::exec::kernels::{AttnDims, AttnPrefillPush, prefill_tokens_per_group};
+use decoder::exec::kernels::{AttnDims, AttnPrefillPush, prefill_tokens_per_group_rows};
 use decoder::shaders::Shader;
 use kernel_support::{
     ATTN_SHAPES, KV_CASES, KvLayout, assert_close, attention_seqs_cpu, chunk_rows, launch,
@@ -74,29 +74,33 @@ fn attn_prefill_and_rows_layouts_chunks_windows() {
                     layout.cache(&v),
                     Binding::output_f32(n * heads * hd, f32::NAN),
                 ];
-                let tq = prefill_tokens_per_group((heads / kv_heads) as u32);
-                // The engine's sizes (64, and 256 on GPUs for the tiled kernel).
-                let wg_tiled = if c == 1 { 256 } else { 64 };
+                // The engine's sizes: 64 rows-kernel lanes; the tiled kernel at 64 lanes with 16
+                // rows per group (CPU devices) and 256 lanes with 32 rows (GPUs).
+                let group = (heads / kv_heads) as u32;
                 let wg_rows = 64;
-                let runs = [
-                    (
+                let mut runs = Vec::new();
+                for (wg_tiled, max_r) in [(64, 16), (256, 32)] {
+                    let tq = prefill_tokens_per_group_rows(group, max_r);
+                    runs.push((
                         Shader::AttnPrefill,
                         wg_tiled,
                         [(n as u32).div_ceil(tq), kv_heads as u32, 1],
-                    ),
-                    (
-                        Shader::AttnPrefillRows,
-                        wg_rows,
-                        [((n * heads) as u32).div_ceil(wg_rows), 1, 1],
-                    ),
-                ];
-                for (shader, wg, groups) in runs {
+                        vec![wg_tiled, max_r],
+                    ));
+                }
+                runs.push((
+                    Shader::AttnPrefillRows,
+                    wg_rows,
+                    [((n * heads) as u32).div_ceil(wg_rows), 1, 1],
+                    vec![wg_rows],
+                ));
+                for (shader, wg, groups, spec) in runs {
                     let out = launch(
                         gpu,
                         shader,
                         push.bytes(),
                         groups,
-                        &layout.spec(&[wg]),
+                        &layout.spec(&spec),
                         &bindings,
                     );
                     // Online softmax in f32 on the same cache values as the CPU; outputs are

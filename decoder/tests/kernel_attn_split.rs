@@ -5,7 +5,8 @@
 //! its own split chunk), sliding windows (lo > 0); spans that cross split and tile boundaries
 //! (several tiles in one split), split counts from 1 to more than the span (empty splits) up to
 //! 256, tiles of 16 positions (and 32 on devices whose tuning uses them), workgroup sizes 32 to
-//! 256 (on the contiguous f32 layout; 64 on the others). Cache slots that hold no position are
+//! 256 (on the contiguous f32 layout; 64 on the others), and the subgroup kernel
+//! (attn_split_sg.comp) where the device has subgroup arithmetic. Cache slots that hold no position are
 //! NaN, so reading them fails the test. A long paged row checks the restaging of the block
 //! table's shared-memory slice.
 mod common;
@@ -20,6 +21,38 @@ use kernel_support::{
     lens_and_step, logical_caches, out_f32, params_rows, rows_name, split_tiles,
 };
 
+/// Which decode-attention kernel computes the partials.
+#[derive(Clone, Copy, Debug)]
+enum SplitKernel {
+    /// attn_split.comp with K/V tiles of this many positions.
+    Tiled(u32),
+    /// attn_split_sg.comp with subgroups of this size (the device's).
+    Subgroup(u32),
+}
+
+/// The kernels the device runs: the tiled one at each tile size, and the subgroup one where the
+/// device has subgroup arithmetic (as the engine's tuning picks it).
+fn kernels(gpu: &Gpu) -> Vec<SplitKernel> {
+    let mut k: Vec<SplitKernel> = split_tiles(gpu)
+        .into_iter()
+        .map(SplitKernel::Tiled)
+        .collect();
+    let info = gpu.info();
+    let sg =
+        decoder::exec::program::Tuning::for_device(info.compute_units, info.subgroup_size, 4096, 8)
+            .with_subgroups(info.subgroup_size, info.subgroup_arithmetic)
+            .attn_sg;
+    if sg > 0 {
+        k.push(SplitKernel::Subgroup(sg));
+    } else {
+        eprintln!(
+            "this device has no subgroup arithmetic at subgroup size {}: attn_split_sg is not run",
+            info.subgroup_size
+        );
+    }
+    k
+}
+
 /// One split + merge run: `rows` over `layout`, checked against the CPU.
 #[allow(clippy::too_many_arguments)]
 fn split_and_merge(
@@ -29,7 +62,7 @@ fn split_and_merge(
     rows: &[RowParams],
     n_splits: usize,
     wg: u32,
-    tile: u32,
+    kernel: SplitKernel,
     seed: u64,
 ) {
     let AttnDims {
@@ -59,12 +92,25 @@ fn split_and_merge(
         ..Default::default()
     };
     let stride = hd + 2;
+    // The engine's launch of each kernel: the tiled one workgroup per split; the subgroup one
+    // four subgroups (at least 64 invocations) per workgroup, one split each.
+    let (shader, spec, groups) = match kernel {
+        SplitKernel::Tiled(tile) => (Shader::AttnSplit, vec![wg, tile], n_splits as u32),
+        SplitKernel::Subgroup(sg) => {
+            let wg = (4 * sg).max(64);
+            (
+                Shader::AttnSplitSg,
+                vec![wg, 0, sg],
+                (n_splits as u32).div_ceil(wg / sg),
+            )
+        }
+    };
     let out = launch(
         gpu,
-        Shader::AttnSplit,
+        shader,
         push.bytes(),
-        [n_splits as u32, kv_heads as u32, n as u32],
-        &layout.spec(&[wg, tile]),
+        [groups, kv_heads as u32, n as u32],
+        &layout.spec(&spec),
         &[
             params_rows(rows),
             Binding::input_f32(&q),
@@ -93,7 +139,7 @@ fn split_and_merge(
         })
         .collect();
     let what = format!(
-        "attn_split {} heads={heads} kv_heads={kv_heads} hd={hd} rows={} n_splits={n_splits} wg={wg} tile={tile}",
+        "{kernel:?} {} heads={heads} kv_heads={kv_heads} hd={hd} rows={} n_splits={n_splits} wg={wg}",
         layout.case.name(),
         rows_name(rows)
     );
@@ -147,7 +193,7 @@ fn split_and_merge(
 fn attn_split_and_merge_layouts_gqa_splits() {
     common::with_gpu(|gpu| {
         let max_seq = 304;
-        let tiles = split_tiles(gpu);
+        let kernels = kernels(gpu);
         // (n_splits, WG, positions of sequences 0, 1, 2 (rows in the order 2, 0, 1)): one split
         // over several tiles next to a single-position row; uneven chunks; a last split shorter
         // than the others; more splits than positions (empty splits); 256 splits and the last
@@ -168,7 +214,7 @@ fn attn_split_and_merge_layouts_gqa_splits() {
                 // Workgroup sizes on the first layout; the others at the engine's CPU-driver
                 // size (each (WG, layout) pair is a pipeline that lavapipe compiles for ~1 s).
                 let wg = if c == 0 { step_wg } else { 64 };
-                let tile = tiles[(i + c) % tiles.len()];
+                let kernel = kernels[(i + c) % kernels.len()];
                 let window = if case.rotating() {
                     40
                 } else {
@@ -184,7 +230,7 @@ fn attn_split_and_merge_layouts_gqa_splits() {
                     head_dim: hd,
                 };
                 let seed = 2000 + 100 * i as u64 + 10 * c as u64;
-                split_and_merge(gpu, &layout, dims, &rows, n_splits, wg, tile, seed);
+                split_and_merge(gpu, &layout, dims, &rows, n_splits, wg, kernel, seed);
             }
         }
     });
@@ -205,7 +251,7 @@ fn attn_split_paged_row_longer_than_the_staged_table() {
         };
         let (heads, kv_heads, hd) = (4, 1, 64);
         let max_seq = 4400;
-        let tiles = split_tiles(gpu);
+        let kernels = kernels(gpu);
         for (n_splits, window) in [(1, 0), (2, 4300)] {
             let rows = decode_rows(&[(1, 4390), (0, 4123)], window);
             let (lens, step) = lens_and_step(&rows, 2);
@@ -215,17 +261,18 @@ fn attn_split_paged_row_longer_than_the_staged_table() {
                 kv_heads,
                 head_dim: hd,
             };
-            let tile = tiles[n_splits % tiles.len()];
-            split_and_merge(
-                gpu,
-                &layout,
-                dims,
-                &rows,
-                n_splits,
-                64,
-                tile,
-                77 + n_splits as u64,
-            );
+            for kernel in &kernels {
+                split_and_merge(
+                    gpu,
+                    &layout,
+                    dims,
+                    &rows,
+                    n_splits,
+                    64,
+                    *kernel,
+                    77 + n_splits as u64,
+                );
+            }
         }
     });
 }
