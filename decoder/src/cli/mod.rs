@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod capture;
 pub mod devices;
+pub mod export_gguf;
 pub mod gpu;
 pub mod import_gguf;
 pub mod run;
@@ -37,6 +38,8 @@ pub enum Command {
     Synth(synth::Args),
     /// Convert a GGUF file into a Hugging Face checkpoint directory.
     ImportGguf(import_gguf::Args),
+    /// Write a checkpoint (Llama or Qwen3) as a GGUF file that llama.cpp loads.
+    ExportGguf(export_gguf::Args),
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
@@ -48,5 +51,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Selfcheck(a) => selfcheck::run(a),
         Command::Synth(a) => synth::run(a),
         Command::ImportGguf(a) => import_gguf::run(a),
+        Command::ExportGguf(a) => export_gguf::run(a),
     }
 }

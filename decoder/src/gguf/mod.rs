@@ -8,6 +8,7 @@
 //!   normal Hugging Face loader reads with no GGUF special case.
 
 pub mod dequant;
+pub mod export;
 pub mod import;
 pub mod reader;
 pub mod tokenizer;
