@@ -408,11 +408,7 @@ fn phase_diff(
         };
         counters.push(CounterDiff {
             name: (*name).to_owned(),
-            unit: if name.starts_with("bytes_") {
-                "bytes".to_owned()
-            } else {
-                "count".to_owned()
-            },
+            unit: Counters::unit(name).to_owned(),
             a: sum_a,
             b: sum_b,
             delta,

@@ -449,10 +449,8 @@ pub fn gpu_busy_ns(trace: &Trace, r: &TokenRecord) -> Option<u64> {
 fn unit_of(name: &str) -> &'static str {
     if name.ends_with("_us") {
         "us"
-    } else if name.starts_with("bytes_") {
-        "bytes"
     } else {
-        "count"
+        Counters::unit(name)
     }
 }
 

@@ -330,6 +330,15 @@ impl Counters {
         "kv_bytes_copied",
     ];
 
+    /// The unit a counter is read in: `bytes` for the byte counters, `count` for the rest.
+    pub fn unit(name: &str) -> &'static str {
+        if name.starts_with("bytes_") || name.contains("_bytes_") {
+            "bytes"
+        } else {
+            "count"
+        }
+    }
+
     pub fn submits(&self) -> u64 {
         self.submits_compute.saturating_add(self.submits_transfer)
     }
