@@ -12,6 +12,7 @@ use profiler::trace::{Phase, TokenRecord};
 use serde::Serialize;
 
 use super::capture::with_context;
+use super::peer;
 use super::run::{ModelArgs, PromptArgs, load_model, prompt_ids};
 use crate::capture::{CaptureSpec, batch_prompts, build_trace};
 use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
@@ -90,6 +91,12 @@ pub struct Args {
     /// Directory for one trace per point, bench.json and bench.md.
     #[arg(long, default_value = "results/bench")]
     pub out: PathBuf,
+    /// Also measure llama.cpp's Vulkan backend in the same run: its `llama-server` binary (or
+    /// the folder holding it, as scripts/fetch-llama-server.sh prints) is started on the same
+    /// weights exported to GGUF (f16) and asked for greedy completions of the same prompt at
+    /// every context (batch 1); its decode tokens/s goes into the table beside ours.
+    #[arg(long, value_name = "PATH", help_heading = "Peers")]
+    pub llama_server: Option<PathBuf>,
 }
 
 /// A named knob setting of a sweep.
@@ -154,6 +161,8 @@ pub struct Row {
     pub dispatches: f64,
     /// K and V bytes the paged gather copies per step.
     pub kv_bytes_copied: f64,
+    /// Prompt tokens (every sequence's) per second of the prefill's wall time.
+    pub prompt_tokens_per_s: f64,
     /// Bytes one decode step must read: the weights once plus every K and V row attended.
     pub bytes_per_step: f64,
     /// `bytes_per_step` over the step's median wall time.
@@ -195,8 +204,8 @@ fn opt(v: Option<f64>) -> String {
 /// The sweep as a Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| setting | kv | batch | context | tokens/s | ms/step | host enqueue us | GPU us | attention GPU us | submits | barriers | descriptor writes | dispatches | KV bytes copied | GB/s | same tokens |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| setting | kv | batch | context | tokens/s | ms/step | host enqueue us | GPU us | attention GPU us | submits | barriers | descriptor writes | dispatches | KV bytes copied | GB/s | prompt tokens/s | same tokens |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         let kv = if r.paged_attention.is_empty() {
@@ -205,7 +214,7 @@ pub fn table(rows: &[Row]) -> String {
             format!("{} {}", r.kv, r.paged_attention)
         };
         out.push_str(&format!(
-            "| {} | {kv} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {kv} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.setting,
             r.batch,
             r.context,
@@ -220,6 +229,7 @@ pub fn table(rows: &[Row]) -> String {
             r.dispatches,
             r.kv_bytes_copied,
             fmt(r.achieved_gbps),
+            fmt(r.prompt_tokens_per_s),
             if r.tokens_match { "yes" } else { "NO" },
         ));
     }
@@ -355,7 +365,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    // A peer that fails to run costs its rows, not the sweep's.
+    let (peers, peer_error) = match &args.llama_server {
+        Some(path) => match llama_rows(&args, path, &base_ids, &rows) {
+            Ok(p) => (p, None),
+            Err(e) => {
+                eprintln!("warning: llama.cpp side by side failed: {e:#}");
+                (Vec::new(), Some(format!("{e:#}")))
+            }
+        },
+        None => (Vec::new(), None),
+    };
     let mut text = table(&rows);
+    if !peers.is_empty() {
+        text.push_str(&peer_table(&rows, &peers));
+    }
+    if let Some(e) = &peer_error {
+        text.push_str(&format!("\nllama.cpp side by side failed: {e}\n"));
+    }
     for (name, why) in &refused {
         text.push_str(&format!("\nrefused: {name}: {why}\n"));
     }
@@ -368,6 +395,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "model": args.model.model,
         "weight_bytes_per_token": shape_of(&model.config, 1).weight_bytes_per_token(),
         "rows": rows,
+        "peers": peers,
+        "peer_error": peer_error,
         "refused": refused.iter().map(|(n, w)| serde_json::json!({"setting": n, "reason": w})).collect::<Vec<_>>(),
     });
     let js = args.out.join("bench.json");
@@ -378,6 +407,103 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         js.display()
     );
     Ok(())
+}
+
+/// llama.cpp at every context of the sweep (batch 1), on the bench's weights exported to GGUF.
+fn llama_rows(
+    args: &Args,
+    path: &std::path::Path,
+    base_ids: &[u32],
+    rows: &[Row],
+) -> anyhow::Result<Vec<peer::PeerRow>> {
+    let bin = peer::server_binary(path)?;
+    let dir = crate::model::resolve_model(&args.model.model)
+        .with_context(|| format!("cannot find the model {:?}", args.model.model))?;
+    eprintln!("llama.cpp: exporting {} to GGUF", dir.display());
+    let gguf = peer::export_model(&dir, &args.out)?;
+    let prompts: Vec<Vec<u32>> = args
+        .context
+        .iter()
+        .map(|&c| with_context(base_ids.to_vec(), c))
+        .collect();
+    let n_predict = args.warmup + args.max_tokens;
+    let n_ctx = prompts.iter().map(Vec::len).max().unwrap_or(0) + n_predict + 64;
+    let log = args.out.join("llama-server.log");
+    eprintln!(
+        "llama.cpp: starting {} (log {})",
+        bin.display(),
+        log.display()
+    );
+    let server = peer::Server::start(&bin, &gguf, n_ctx, &log)?;
+    let mut out = Vec::new();
+    for ids in &prompts {
+        let c = server
+            .complete(ids, n_predict)
+            .with_context(|| format!("llama.cpp at context {}", ids.len()))?;
+        // decodescope's sequence 0 at this context, batch 1 (the first setting measured).
+        let ours = rows
+            .iter()
+            .find(|r| r.context == ids.len() && r.batch == 1)
+            .map(|r| r.ids.as_slice())
+            .unwrap_or(&[]);
+        let (shared, compared) = peer::shared_prefix(&c.tokens, ours);
+        eprintln!(
+            "llama.cpp context {}: {:.1} tokens/s, {shared} of {compared} leading tokens as decodescope",
+            ids.len(),
+            c.predicted_per_second
+        );
+        out.push(peer::PeerRow {
+            runtime: "llama.cpp (Vulkan)".into(),
+            context: ids.len(),
+            decode_tokens: c.predicted_n,
+            tokens_per_s: c.predicted_per_second,
+            ms_per_token: if c.predicted_per_second > 0.0 {
+                1e3 / c.predicted_per_second
+            } else {
+                0.0
+            },
+            prompt_tokens_per_s: c.prompt_per_second,
+            shared_leading_tokens: shared,
+            compared_tokens: compared,
+            ids: c.tokens,
+        });
+    }
+    Ok(out)
+}
+
+/// llama.cpp beside every batch-1 setting measured at the same context.
+pub fn peer_table(rows: &[Row], peers: &[peer::PeerRow]) -> String {
+    let mut out = String::from(
+        "\n| context | runtime / setting | kv | tokens/s | vs llama.cpp | same leading tokens |\n|---:|---|---|---:|---:|---|\n",
+    );
+    for p in peers {
+        out.push_str(&format!(
+            "| {} | {} | f16 | {} | 1.00x | - |\n",
+            p.context,
+            p.runtime,
+            fmt(p.tokens_per_s)
+        ));
+        for r in rows
+            .iter()
+            .filter(|r| r.context == p.context && r.batch == 1)
+        {
+            let kv = if r.paged_attention.is_empty() {
+                r.kv.clone()
+            } else {
+                format!("{} {}", r.kv, r.paged_attention)
+            };
+            out.push_str(&format!(
+                "| {} | decodescope {} | {kv} | {} | {:.2}x | {} of {} |\n",
+                r.context,
+                r.setting,
+                fmt(r.tokens_per_s),
+                r.tokens_per_s / p.tokens_per_s.max(1e-9),
+                peer::shared_prefix(&p.ids, &r.ids).0,
+                peer::shared_prefix(&p.ids, &r.ids).1,
+            ));
+        }
+    }
+    out
 }
 
 fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -434,9 +560,12 @@ fn point(
     let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
         .context("cannot set up the Vulkan decoder")?;
     let mut last: Vec<u32> = Vec::with_capacity(prompts.len());
+    let prefill_start = std::time::Instant::now();
     for (seq, p) in prompts.iter().enumerate() {
         last.push(engine.prefill(seq as u32, p, 0)?.argmax);
     }
+    let prefill_s = prefill_start.elapsed().as_secs_f64();
+    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
     let mut seqs = Decoding {
         positions: prompts.iter().map(|p| p.len() as u32).collect(),
         first_ids: vec![last[0]],
@@ -550,6 +679,11 @@ fn point(
         descriptor_writes: m.descriptor_writes,
         dispatches: m.dispatches,
         kv_bytes_copied: m.kv_bytes_copied,
+        prompt_tokens_per_s: if prefill_s > 0.0 {
+            prompt_tokens as f64 / prefill_s
+        } else {
+            0.0
+        },
         bytes_per_step,
         achieved_gbps: if wall_s > 0.0 {
             bytes_per_step / wall_s / 1e9

@@ -38,8 +38,9 @@ pub struct KvArgs {
     /// Sequences decoded together; sequence b's prompt is the prompt cut to a different length.
     #[arg(long, default_value_t = 1, help_heading = "KV cache")]
     pub batch: u32,
-    /// Most prompt tokens one step processes (longer prompts run in chunks).
-    #[arg(long, default_value_t = 512, help_heading = "KV cache")]
+    /// Most prompt tokens one step processes (longer prompts run in chunks; the activations
+    /// grow with it, the attention scratch does not).
+    #[arg(long, default_value_t = 2048, help_heading = "KV cache")]
     pub prefill_chunk: u32,
 }
 

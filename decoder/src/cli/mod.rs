@@ -8,6 +8,7 @@ pub mod devices;
 pub mod export_gguf;
 pub mod gpu;
 pub mod import_gguf;
+pub mod peer;
 pub mod run;
 pub mod selfcheck;
 pub mod synth;

@@ -189,7 +189,13 @@ impl Engine {
             geo,
             scratch: opts.kv.gathers().then(|| geo.scratch(opts.max_seq)),
             window: opts.kv.attention_window(),
-            max_rows: opts.kv.prefill_chunk.max(opts.kv.batch).max(1),
+            // A prompt step never holds more rows than a sequence has positions.
+            max_rows: opts
+                .kv
+                .prefill_chunk
+                .min(opts.max_seq)
+                .max(opts.kv.batch)
+                .max(1),
         };
         let pool = BlockPool::new(geo.pool_blocks(), opts.kv.fragment, 0x5eed_b10c);
         let tables = BlockTables::new(geo.seqs, geo.table_stride);
