@@ -1,9 +1,12 @@
 //! `decoder bench`: load a model once and measure a sweep in one process: presets (and, with
 //! `--ablation`, every single knob flipped alone from each preset toward the other) at every
-//! context length, batch size and KV layout asked for. Each point prefills its prompts, decodes
-//! warm-up steps, then the timed steps at `--timestamps` level, then a few steps at dispatch level
-//! for the per-op breakdown (attention GPU time per step). Writes one trace per point,
-//! `bench.json` (one row per point) and `bench.md`, and prints the table.
+//! context length, batch size and KV layout asked for. One engine per setting, layout and batch
+//! size runs the contexts in ascending order on one growing prompt (each context prefills only
+//! the tokens it adds); at each, every paged attention path decodes from the same cache in turn:
+//! warm-up steps, the timed steps at `--timestamps` level, then a few steps at dispatch level for
+//! the per-op breakdown (attention GPU time per step), rewound before the next. Writes one trace
+//! per point, `bench.json` (one row per point) and `bench.md` (both rewritten after every point
+//! while the sweep runs), and prints the table.
 
 use std::path::PathBuf;
 
@@ -69,7 +72,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub window: u32,
     /// Most prompt tokens one step processes.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 2048)]
     pub prefill_chunk: u32,
     /// Presets to run, comma-separated.
     #[arg(
@@ -161,7 +164,8 @@ pub struct Row {
     pub dispatches: f64,
     /// K and V bytes the paged gather copies per step.
     pub kv_bytes_copied: f64,
-    /// Prompt tokens (every sequence's) per second of the prefill's wall time.
+    /// Prompt tokens per second of the prefill this point ran: every sequence's tokens added
+    /// since the previous context of its sweep group (all of them at the first context).
     pub prompt_tokens_per_s: f64,
     /// Bytes one decode step must read: the weights once plus every K and V row attended.
     pub bytes_per_step: f64,
@@ -237,34 +241,115 @@ pub fn table(rows: &[Row]) -> String {
 }
 
 /// The KV settings of the sweep at one batch size.
-fn kv_settings(args: &Args, batch: u32) -> anyhow::Result<Vec<KvConfig>> {
+/// The KV settings of one batch size, as engines to build: each with the paged attention paths
+/// it decodes with (one for the contiguous and rotating layouts).
+fn kv_groups(args: &Args, batch: u32) -> anyhow::Result<Vec<(KvConfig, Vec<PagedAttention>)>> {
     let mut out = vec![];
     for &kind in &args.kv {
         let paths: Vec<PagedAttention> = if kind == KvKind::Paged {
-            args.paged_attention.clone()
+            let mut p = args.paged_attention.clone();
+            p.dedup();
+            p
         } else {
             vec![PagedAttention::Fused]
         };
-        for path in paths {
-            let cfg = KvConfig {
-                kind,
-                dtype: args.kv_dtype,
-                block: args.block_size,
-                fragment: kind == KvKind::Paged && !args.no_fragment,
-                window: if kind == KvKind::Rotating {
-                    args.window
-                } else {
-                    0
-                },
-                paged_attention: path,
-                batch,
-                prefill_chunk: args.prefill_chunk,
-            };
-            cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
-            out.push(cfg);
-        }
+        let cfg = KvConfig {
+            kind,
+            dtype: args.kv_dtype,
+            block: args.block_size,
+            fragment: kind == KvKind::Paged && !args.no_fragment,
+            window: if kind == KvKind::Rotating {
+                args.window
+            } else {
+                0
+            },
+            paged_attention: paths[0],
+            batch,
+            prefill_chunk: args.prefill_chunk,
+        };
+        cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
+        out.push((cfg, paths));
     }
     Ok(out)
+}
+
+/// One engine of the sweep: a setting, a KV layout and batch size, the paths it decodes with.
+struct Group {
+    kv: KvConfig,
+    paths: Vec<PagedAttention>,
+    name: String,
+    knobs: Knobs,
+}
+
+/// What `bench.json` says about the run besides its rows.
+struct Meta {
+    device: String,
+    driver: String,
+    weight_bytes_per_token: u64,
+}
+
+/// The rows in table order (context, batch, then the order measured), each marked with whether
+/// its tokens equal those of the first row at its context and batch.
+fn ordered(rows: &[Row]) -> Vec<Row> {
+    let mut out: Vec<Row> = rows.to_vec();
+    out.sort_by_key(|r| (r.context, r.batch));
+    for i in 0..out.len() {
+        let first = out
+            .iter()
+            .position(|r| r.context == out[i].context && r.batch == out[i].batch)
+            .unwrap_or(i);
+        out[i].tokens_match = out[first].ids == out[i].ids;
+    }
+    out
+}
+
+/// Writes `bench.md` and `bench.json` (each atomically) and returns the Markdown. `complete` is
+/// false while the sweep runs: the files then hold the points measured so far.
+fn write_results(
+    args: &Args,
+    meta: &Meta,
+    rows: &[Row],
+    peers: &[peer::PeerRow],
+    peer_error: Option<&str>,
+    refused: &[(String, String)],
+    complete: bool,
+) -> anyhow::Result<String> {
+    let mut text = table(rows);
+    if !peers.is_empty() {
+        text.push_str(&peer_table(rows, peers));
+    }
+    if let Some(e) = peer_error {
+        text.push_str(&format!("\nllama.cpp side by side failed: {e}\n"));
+    }
+    for (name, why) in refused {
+        text.push_str(&format!("\nrefused: {name}: {why}\n"));
+    }
+    for r in rows.iter().filter(|r| !r.tokens_match) {
+        text.push_str(&format!(
+            "\nwarning: {} {} {} generated other tokens than the first setting at context {} batch {}\n",
+            r.setting, r.kv, r.paged_attention, r.context, r.batch
+        ));
+    }
+    if !complete {
+        text.push_str("\n(sweep still running: the points measured so far)\n");
+    }
+    write_atomic(&args.out.join("bench.md"), text.as_bytes())?;
+    let json = serde_json::json!({
+        "device": meta.device,
+        "driver": meta.driver,
+        "model": args.model.model,
+        "complete": complete,
+        "weight_bytes_per_token": meta.weight_bytes_per_token,
+        "rows": rows,
+        "peers": peers,
+        "peer_error": peer_error,
+        "refused": refused.iter().map(|(n, w)| serde_json::json!({"setting": n, "reason": w})).collect::<Vec<_>>(),
+    });
+    write_atomic(
+        &args.out.join("bench.json"),
+        serde_json::to_string_pretty(&json)?.as_bytes(),
+    )?;
+    Ok(text)
 }
 
 /// Medians of the decode records in `recs`.
@@ -310,61 +395,78 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let (settings, refused) = sweep(&args.mode, args.ablation, gpu.info().push_descriptors);
-    let mut points = vec![];
-    for &context in &args.context {
-        for &batch in &args.batch {
-            for kv in kv_settings(&args, batch)? {
-                for (name, knobs) in &settings {
-                    points.push((context, kv, name.clone(), *knobs));
-                }
+    // A group shares one engine and its prompts: contexts in ascending order extend the same
+    // prompt (each prefills only the tokens it adds), and the paged attention paths decode from
+    // the same cache one after the other. Rows are reported in sweep order.
+    let mut contexts = args.context.clone();
+    contexts.sort_unstable();
+    contexts.dedup();
+    let mut groups = vec![];
+    for &batch in &args.batch {
+        for (kv, paths) in kv_groups(&args, batch)? {
+            for (name, knobs) in &settings {
+                groups.push(Group {
+                    kv,
+                    paths: paths.clone(),
+                    name: name.clone(),
+                    knobs: *knobs,
+                });
             }
         }
     }
+    let n_points: usize = groups.iter().map(|g| g.paths.len()).sum::<usize>() * contexts.len();
     eprintln!(
-        "bench on {}: {} points ({} settings x {} contexts x {} batch sizes x {} KV settings), {} timed decode steps each",
+        "bench on {}: {n_points} points ({} settings x {} contexts x {} batch sizes x {} KV settings), {} timed decode steps each",
         gpu.info().name,
-        points.len(),
         settings.len(),
-        args.context.len(),
+        contexts.len(),
         args.batch.len(),
-        points.len() / (settings.len() * args.context.len() * args.batch.len()).max(1),
+        n_points / (settings.len() * contexts.len() * args.batch.len()).max(1),
         args.max_tokens
     );
-    let bar = indicatif::ProgressBar::new(points.len() as u64);
+    let bar = indicatif::ProgressBar::new(n_points as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("[{pos}/{len}] {wide_msg} ({elapsed})")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    let info = Meta {
+        device: gpu.info().name.clone(),
+        driver: format!("{} {}", gpu.info().driver_name, gpu.info().driver_info),
+        weight_bytes_per_token: shape_of(&model.config, 1).weight_bytes_per_token(),
+    };
     let mut rows: Vec<Row> = Vec::new();
-    for (context, kv, name, knobs) in points {
-        bar.set_message(format!("{name} {kv} context {context}"));
-        let mut row = point(&args, &gpu, &model, &base_ids, context, kv, &name, knobs)
-            .with_context(|| format!("bench point {name} {kv} at context {context}"))?;
-        if let Some(first) = rows
-            .iter()
-            .find(|r| r.context == row.context && r.batch == row.batch)
-        {
-            row.tokens_match = first.ids == row.ids;
-            if !row.tokens_match {
+    for g in &groups {
+        bar.set_message(format!("{} {} batch {}", g.name, g.kv, g.kv.batch));
+        run_group(
+            &args,
+            &gpu,
+            &model,
+            &base_ids,
+            &contexts,
+            g,
+            &bar,
+            &mut |row| {
                 bar.println(format!(
-                    "warning: {name} {} generated other tokens than {} {} at the same context and batch",
-                    row.kv, first.setting, first.kv
-                ));
-            }
-        }
-        bar.println(format!(
-            "{name} {} batch {} context {}: {:.1} tokens/s, {:.2} ms/step, attention {} us/step",
-            row.kv,
-            row.batch,
-            row.context,
-            row.tokens_per_s,
-            row.ms_per_step,
-            opt(row.attention_gpu_us)
-        ));
-        rows.push(row);
-        bar.inc(1);
+                "{} {} {} batch {} context {}: {:.1} tokens/s, {:.2} ms/step, attention {} us/step",
+                row.setting,
+                row.kv,
+                row.paged_attention,
+                row.batch,
+                row.context,
+                row.tokens_per_s,
+                row.ms_per_step,
+                opt(row.attention_gpu_us)
+            ));
+                rows.push(row);
+                bar.inc(1);
+                // What is measured so far survives a sweep that is stopped or runs out of time.
+                write_results(&args, &info, &ordered(&rows), &[], None, &refused, false)
+            },
+        )
+        .with_context(|| format!("bench {} {} batch {}", g.name, g.kv, g.kv.batch))?;
     }
     bar.finish_and_clear();
+    let rows = ordered(&rows);
     // A peer that fails to run costs its rows, not the sweep's.
     let (peers, peer_error) = match &args.llama_server {
         Some(path) => match llama_rows(&args, path, &base_ids, &rows) {
@@ -376,35 +478,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         None => (Vec::new(), None),
     };
-    let mut text = table(&rows);
-    if !peers.is_empty() {
-        text.push_str(&peer_table(&rows, &peers));
-    }
-    if let Some(e) = &peer_error {
-        text.push_str(&format!("\nllama.cpp side by side failed: {e}\n"));
-    }
-    for (name, why) in &refused {
-        text.push_str(&format!("\nrefused: {name}: {why}\n"));
-    }
+    let text = write_results(
+        &args,
+        &info,
+        &rows,
+        &peers,
+        peer_error.as_deref(),
+        &refused,
+        true,
+    )?;
     println!("{text}");
-    let md = args.out.join("bench.md");
-    write_atomic(&md, text.as_bytes())?;
-    let json = serde_json::json!({
-        "device": gpu.info().name,
-        "driver": format!("{} {}", gpu.info().driver_name, gpu.info().driver_info),
-        "model": args.model.model,
-        "weight_bytes_per_token": shape_of(&model.config, 1).weight_bytes_per_token(),
-        "rows": rows,
-        "peers": peers,
-        "peer_error": peer_error,
-        "refused": refused.iter().map(|(n, w)| serde_json::json!({"setting": n, "reason": w})).collect::<Vec<_>>(),
-    });
-    let js = args.out.join("bench.json");
-    write_atomic(&js, serde_json::to_string_pretty(&json)?.as_bytes())?;
     eprintln!(
         "wrote {}, {} and one trace per point",
-        md.display(),
-        js.display()
+        args.out.join("bench.md").display(),
+        args.out.join("bench.json").display()
     );
     Ok(())
 }
@@ -534,46 +621,112 @@ impl Decoding {
     }
 }
 
-/// Measures one point: prefill, warm-up, timed steps, breakdown steps.
+/// Measures a group's points: for each context (ascending), prefills what the prompts add, then
+/// for each paged attention path decodes warm-up, timed and breakdown steps from the same cache
+/// and hands the row to `emit`; the decode steps are rewound before the next path and context.
 #[allow(clippy::too_many_arguments)]
-fn point(
+fn run_group(
     args: &Args,
     gpu: &Gpu,
     model: &crate::model::Model,
     base_ids: &[u32],
-    context: usize,
-    kv: KvConfig,
-    name: &str,
-    knobs: Knobs,
-) -> anyhow::Result<Row> {
-    let ids = with_context(base_ids.to_vec(), context);
-    let prompts = batch_prompts(&ids, kv.batch);
+    contexts: &[usize],
+    g: &Group,
+    bar: &indicatif::ProgressBar,
+    emit: &mut dyn FnMut(Row) -> anyhow::Result<String>,
+) -> anyhow::Result<()> {
+    let longest = with_context(base_ids.to_vec(), contexts.last().copied().unwrap_or(0));
     let steps = args.warmup + args.max_tokens + args.breakdown;
-    let max_seq = (ids.len() + steps + 2) as u32;
     let opts = EngineOptions {
-        knobs,
+        knobs: g.knobs,
         timestamps: args.timestamps,
-        max_seq,
-        kv,
+        max_seq: (longest.len() + steps + 2) as u32,
+        kv: g.kv,
         logits_readback: false,
     };
     let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
         .context("cannot set up the Vulkan decoder")?;
-    let mut last: Vec<u32> = Vec::with_capacity(prompts.len());
-    let prefill_start = std::time::Instant::now();
-    for (seq, p) in prompts.iter().enumerate() {
-        last.push(engine.prefill(seq as u32, p, 0)?.argmax);
+    // Prompt tokens in the cache per sequence, and the greedy token after each prompt.
+    let mut held: Vec<usize> = vec![0; g.kv.batch.max(1) as usize];
+    let mut after: Vec<u32> = vec![0; held.len()];
+    for &context in contexts {
+        let ids = with_context(base_ids.to_vec(), context);
+        let prompts = batch_prompts(&ids, g.kv.batch);
+        bar.set_message(format!(
+            "{} {} batch {} context {}: prompt",
+            g.name,
+            g.kv.layout_name(),
+            g.kv.batch,
+            ids.len()
+        ));
+        let prefill_start = std::time::Instant::now();
+        let mut added = 0;
+        for (seq, p) in prompts.iter().enumerate() {
+            // Every prompt extends the previous context's (the same token stream, cut longer):
+            // only the new tokens run; the last one runs again when nothing is new. A rotating
+            // cache reuses slots, so the decode steps since may have overwritten its window:
+            // it runs the whole prompt.
+            let from = if g.kv.kind == KvKind::Rotating {
+                0
+            } else {
+                held[seq].min(p.len().saturating_sub(1))
+            };
+            after[seq] = engine.prefill(seq as u32, &p[from..], from as u32)?.argmax;
+            added += p.len() - from;
+            held[seq] = p.len();
+        }
+        let prefill_s = prefill_start.elapsed().as_secs_f64();
+        let mark = engine.records().len();
+        for &path in &g.paths {
+            let mut kv = g.kv;
+            if kv.kind == KvKind::Paged {
+                engine.set_paged_attention(path)?;
+                kv.paged_attention = path;
+            }
+            engine.set_timestamps(args.timestamps)?;
+            bar.set_message(format!(
+                "{} {}{} batch {} context {}: decode",
+                g.name,
+                kv.layout_name(),
+                if kv.gathers() { " gather" } else { "" },
+                kv.batch,
+                ids.len()
+            ));
+            let mut row = measure(args, &mut engine, model, &ids, &prompts, &after, kv, g)?;
+            row.prompt_tokens_per_s = if prefill_s > 0.0 {
+                added as f64 / prefill_s
+            } else {
+                0.0
+            };
+            engine.truncate_records(mark);
+            emit(row)?;
+        }
     }
-    let prefill_s = prefill_start.elapsed().as_secs_f64();
-    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+    Ok(())
+}
+
+/// Decodes one point from the prompts already in `engine`'s cache (`first[i]` is sequence i's
+/// token after its prompt): warm-up, timed steps, breakdown steps; writes its trace.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    args: &Args,
+    engine: &mut Engine,
+    model: &crate::model::Model,
+    ids: &[u32],
+    prompts: &[Vec<u32>],
+    first: &[u32],
+    kv: KvConfig,
+    g: &Group,
+) -> anyhow::Result<Row> {
+    let (name, knobs) = (g.name.as_str(), g.knobs);
     let mut seqs = Decoding {
         positions: prompts.iter().map(|p| p.len() as u32).collect(),
-        first_ids: vec![last[0]],
-        last,
+        first_ids: vec![first[0]],
+        last: first.to_vec(),
     };
-    seqs.run(&mut engine, args.warmup)?;
+    seqs.run(engine, args.warmup)?;
     let timed_from = engine.records().len();
-    seqs.run(&mut engine, args.max_tokens)?;
+    seqs.run(engine, args.max_tokens)?;
     let timed_to = engine.records().len();
     let generation = Generation {
         prompt_tokens: prompts[0].len(),
@@ -589,14 +742,14 @@ fn point(
     let spec = CaptureSpec {
         model_name: args.model.model.clone(),
         prompt: args.prompt.prompt.clone(),
-        prompt_ids: ids.clone(),
+        prompt_ids: ids.to_vec(),
         decode_tokens: args.warmup + args.max_tokens,
         knobs,
         timestamps: args.timestamps,
         logits_readback: false,
         kv,
     };
-    let trace = build_trace(&engine, model, &spec, &generation);
+    let trace = build_trace(engine, model, &spec, &generation);
     let timed: Vec<&TokenRecord> = engine.records()[timed_from..timed_to]
         .iter()
         .filter(|t| t.phase == Phase::Decode)
@@ -606,7 +759,7 @@ fn point(
     let (attention_gpu_us, gather_gpu_us) = if args.breakdown > 0 {
         engine.set_timestamps(Timestamps::Dispatch)?;
         let from = engine.records().len();
-        seqs.run(&mut engine, args.breakdown)?;
+        seqs.run(engine, args.breakdown)?;
         let ops = engine.ops();
         let is_attention = |op: u32| {
             ops.get(op as usize)
@@ -637,6 +790,7 @@ fn point(
     } else {
         (None, None)
     };
+    let context = prompts[0].len();
     let file = args.out.join(format!(
         "{}-{}-b{}-c{}.json",
         name.replace([' ', ':'], "_").replace("--", ""),
@@ -661,7 +815,7 @@ fn point(
             String::new()
         },
         batch: kv.batch,
-        context: prompts[0].len(),
+        context,
         timestamps: args.timestamps.name().into(),
         decode_steps,
         tokens_per_s: if wall_s > 0.0 {
@@ -679,11 +833,8 @@ fn point(
         descriptor_writes: m.descriptor_writes,
         dispatches: m.dispatches,
         kv_bytes_copied: m.kv_bytes_copied,
-        prompt_tokens_per_s: if prefill_s > 0.0 {
-            prompt_tokens as f64 / prefill_s
-        } else {
-            0.0
-        },
+        // Set by the group, which ran the prompt.
+        prompt_tokens_per_s: 0.0,
         bytes_per_step,
         achieved_gbps: if wall_s > 0.0 {
             bytes_per_step / wall_s / 1e9

@@ -15,7 +15,9 @@ use super::program::{Access, Action, Buf, Grid, KvPlan, Shape, Step, StepKind, T
 use super::spans::SpanLog;
 use crate::generate::{Backend, BatchBackend, SeqStep, StepOutput, argmax};
 use crate::host_span;
-use crate::kv::{BlockPool, BlockTables, KvConfig, KvGeometry, KvKind, window_start};
+use crate::kv::{
+    BlockPool, BlockTables, KvConfig, KvGeometry, KvKind, PagedAttention, window_start,
+};
 use crate::model::{ModelConfig, Weights};
 use crate::vk::{
     BufRange, Buffer, BufferDesc, Cmd, DescSet, FenceId, Gpu, Pipeline, PipelineDesc, QueryPool,
@@ -294,6 +296,52 @@ impl Engine {
         self.rec.take_counters();
         Ok(())
     }
+    /// Switches how the decode steps that follow read a paged cache (gather into a contiguous
+    /// scratch, or through the block table), on the same KV cache: the bench measures both paths
+    /// after one prompt. The scratch is created on the first switch to `gather`.
+    pub fn set_paged_attention(&mut self, path: PagedAttention) -> anyhow::Result<()> {
+        if self.opts.kv.kind != KvKind::Paged {
+            bail!(
+                "--paged-attention applies to the paged layout only (this engine's layout: {})",
+                self.opts.kv.layout_name()
+            );
+        }
+        if path == self.opts.kv.paged_attention {
+            return Ok(());
+        }
+        self.opts.kv.paged_attention = path;
+        if self.opts.kv.gathers() && self.kv.scratch.is_none() {
+            let scratch = self.kv.geo.scratch(self.shape.max_seq);
+            let bytes = scratch.buffer_bytes(self.shape.kv_dim());
+            for (buf, name) in [
+                (Buf::KScratch, "k_gather_scratch"),
+                (Buf::VScratch, "v_gather_scratch"),
+            ] {
+                let b = self
+                    .gpu()
+                    .create_buffer(BufferDesc::device(bytes), name)
+                    .with_context(|| format!("creating buffer {name}"))?;
+                self.bufs.insert(buf, b);
+            }
+        }
+        self.kv.scratch = if self.opts.kv.gathers() {
+            Some(self.kv.geo.scratch(self.shape.max_seq))
+        } else {
+            None
+        };
+        self.prefill.clear();
+        let decode = self.prepare(self.opts.kv.batch.max(1), StepKind::Decode)?;
+        self.decode = Some(decode);
+        self.rec.take_counters();
+        Ok(())
+    }
+
+    /// Forgets the step records from `len` on (the bench rewinds the decode steps of one
+    /// setting before it measures the next on the same prompt).
+    pub fn truncate_records(&mut self, len: usize) {
+        self.records.truncate(len);
+    }
+
     /// The block tables of the paged layout (empty rows for the others).
     pub fn block_tables(&self) -> &BlockTables {
         &self.tables
