@@ -165,6 +165,7 @@ pub fn build_trace(
                 generated_ids: generation.ids.clone(),
                 generated_text: generation.text.clone(),
             },
+            capture: None,
         },
         ops: engine.ops().to_vec(),
         tokens: engine.records().to_vec(),

@@ -287,9 +287,12 @@ fn comparability(a: &Trace, b: &Trace, ignore: &[String]) -> Vec<Mismatch> {
             mb.run.timestamps.clone(),
         ),
     ];
+    // A foreign program's capture (`profiler record`) cannot know its knobs or model: a field
+    // that is unknown on either side is not compared.
+    let unknown = |v: &str| v == crate::trace::UNKNOWN;
     fields
         .into_iter()
-        .filter(|(_, x, y)| x != y)
+        .filter(|(_, x, y)| x != y && !unknown(x) && !unknown(y))
         .map(|(field, a, b)| Mismatch {
             ignored: ignore.iter().any(|i| {
                 field == i || (field.starts_with(i.as_str()) && field[i.len()..].starts_with('.'))

@@ -21,6 +21,7 @@
 //! `profiler/gates.example.toml` and the [`gates`] module.
 
 pub mod bootstrap;
+pub mod capture;
 pub mod diff;
 pub mod export;
 #[doc(hidden)]
@@ -56,6 +57,7 @@ pub use stats::{
 };
 pub use synth::{SynthKernels, SynthOptions, SynthSubmit, SynthTimestamps, synthetic_trace};
 pub use trace::{
-    ClockMeta, Counters, DeviceMeta, FORMAT_NAME, FORMAT_VERSION, GpuSpan, HOST_SPAN_NAMES,
+    CaptureMeta, ClockMeta, Counters, DeviceMeta, FORMAT_NAME, FORMAT_VERSION, GpuSpan, HOST_SPAN_NAMES,
     HostSpan, Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace,
+    UNKNOWN,
 };

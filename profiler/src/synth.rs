@@ -636,6 +636,7 @@ pub fn synthetic_trace(opts: &SynthOptions) -> Trace {
                 generated_text: String::new(),
                 ..Default::default()
             },
+            capture: None,
         },
         ops: table.ops,
         tokens,

@@ -47,6 +47,50 @@ pub struct Meta {
     pub model: ModelMeta,
     pub knobs: Knobs,
     pub run: RunMeta,
+    /// Set by `profiler record` for a trace of a program other than the decoder, captured by the
+    /// Vulkan layer; absent in the decoder's own traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureMeta>,
+}
+
+/// The value of a field that a capture of a foreign program cannot know (its knobs, its model);
+/// `diff` does not compare a field that is unknown on either side.
+pub const UNKNOWN: &str = "unknown";
+
+/// How `profiler record` captured a program through the Vulkan layer (TRACE_FORMAT.md,
+/// "`meta.capture`").
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct CaptureMeta {
+    /// The program as given on the command line, and its arguments.
+    pub program: String,
+    pub args: Vec<String>,
+    /// The executable the layer found itself in (`/proc/self/exe`) and its process id.
+    pub exe: String,
+    pub pid: u32,
+    /// The program's exit code; `None` when a signal ended it.
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// True when the program exited with status 0 and every record of the layer was read.
+    pub complete: bool,
+    /// Sentences about anything partial or unusual.
+    pub notes: Vec<String>,
+    /// `auto` or `wait`: the rule that grouped host waits into steps.
+    pub step_rule: String,
+    /// What the rule found, in one sentence.
+    pub step_rule_detail: String,
+    /// Wait groups per decode step (the period `auto` found; 0 when none).
+    pub period_waits: u32,
+    /// Wait groups in the capture: every call from one host wait to the next.
+    pub wait_groups: u64,
+    /// Wait groups after the last decode step (teardown), summed here instead of being a step.
+    pub epilogue_waits: u64,
+    pub epilogue: Counters,
+    pub epilogue_wall_ns: u64,
+    /// GPU timestamp pairs the layer could not read back.
+    pub dropped_timestamps: u64,
+    /// Counters the layer cannot see completely (left at what it could count).
+    pub unknown_counters: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

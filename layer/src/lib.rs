@@ -1,0 +1,24 @@
+//! decodescope's capture layer: a Vulkan layer that turns an unmodified program's Vulkan traffic
+//! into the raw records from which `profiler record` writes a decodescope trace.
+//!
+//! `profiler record -- PROGRAM ARGS...` enables it through the loader's environment
+//! (`VK_ADD_LAYER_PATH`, `VK_INSTANCE_LAYERS`, `VK_LOADER_LAYERS_ENABLE`) with the manifest
+//! `VkLayer_decodescope_capture.json`, and passes the options in the environment:
+//!
+//! - `DECODESCOPE_CAPTURE_DIR`: where to write `layer.PID.jsonl` (without it the layer passes
+//!   every call through untouched);
+//! - `DECODESCOPE_TIMESTAMPS`: `off`, `submit`, `command-buffer` or `dispatch`.
+//!
+//! It counts what the decoder's recorder counts (TRACE_FORMAT.md, "counters"), per wait group,
+//! with commands inside a command buffer counted each time the buffer is submitted; names
+//! dispatches by the program's debug-utils labels, else by its pipeline names, else `pipeline N`;
+//! and adds GPU timestamps of its own at the chosen level. `profiler::capture` documents the raw
+//! records and how they become steps.
+//!
+//! [`ffi`] (private) holds every `unsafe` block and raw handle; [`state`] is the safe
+//! bookkeeping.
+
+#[allow(unsafe_code)]
+mod ffi;
+mod output;
+pub mod state;

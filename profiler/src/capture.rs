@@ -1,0 +1,770 @@
+//! Traces of programs that decodescope did not write: the raw records of the capture layer
+//! (`layer/`, a Vulkan layer loaded into an unmodified program by `profiler record`) and the
+//! rules that turn them into a [`Trace`].
+//!
+//! The layer writes one file of JSON lines per process (`layer.PID.jsonl`), one [`RawRecord`] per
+//! line, flushed after every record, so a program that crashes or is stopped still leaves every
+//! finished record behind. The unit of the raw stream is the **wait group**: every Vulkan call the
+//! program made since the previous host wait (`vkWaitForFences`, `vkQueueWaitIdle`,
+//! `vkDeviceWaitIdle`, `vkWaitSemaphores`) up to and including the next one. A foreign program
+//! does not say where a decode token starts, so [`segment`] groups wait groups into steps:
+//!
+//! - [`StepRule::Wait`]: every wait group is one step.
+//! - [`StepRule::Auto`]: find the last stretch of the program in which the *work signature* of
+//!   the wait groups (what the GPU was given: the pipelines, dispatches, copies and barriers of
+//!   every submitted command buffer, the submits and the kind of wait; not host-side counts such
+//!   as command buffers begun or descriptor writes, which change when a program first records
+//!   what it later replays) repeats with a period of P wait groups at least
+//!   [`MIN_REPEATS`] times; each period is one decode step, anchored at the end of the stretch.
+//!   What comes before is one prologue step (setup, weight uploads and the prompt, phase
+//!   `prefill`); what comes after (teardown) is summed into `meta.capture.epilogue`.
+//!
+//! Every counter is counted as the decoder's recorder counts it (TRACE_FORMAT.md), except the
+//! byte counters: the layer sees `vkFlushMappedMemoryRanges`, `vkInvalidateMappedMemoryRanges`
+//! and `vkCmdUpdateBuffer`, not plain stores into host-coherent mapped memory, so the trace lists
+//! `bytes_to_device` and `bytes_from_device` in `meta.capture.unknown_counters`.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use crate::trace::{
+    CaptureMeta, ClockMeta, Counters, DeviceMeta, FORMAT_NAME, FORMAT_VERSION, GpuSpan, HostSpan,
+    Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace, UNKNOWN,
+};
+
+/// Version of the raw record stream; the layer and `profiler record` are built together, so a
+/// mismatch means a stale library.
+pub const RAW_VERSION: u32 = 1;
+
+/// Fewest repetitions of a period that [`StepRule::Auto`] accepts as a decode loop.
+pub const MIN_REPEATS: usize = 3;
+
+/// One line of a raw capture file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawRecord {
+    Process(RawProcess),
+    Device(RawDevice),
+    Op(RawOp),
+    Group(RawGroup),
+}
+
+/// The first record of a file: the process the layer was loaded into.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RawProcess {
+    pub raw_version: u32,
+    pub pid: u32,
+    /// `/proc/self/exe`.
+    pub exe: String,
+    /// The timestamp level the layer ran at: `off`, `submit`, `command-buffer`, `dispatch`.
+    pub timestamps: String,
+    /// The layer's own version.
+    pub layer_version: String,
+}
+
+/// A `VkDevice` the program created.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RawDevice {
+    /// Index of the device within the process (creation order).
+    pub device: u32,
+    pub info: DeviceMeta,
+    /// How the layer's GPU timestamps map to the host clock (`method = "none"` without them).
+    pub clock: ClockMeta,
+    /// Timestamp level actually used on this device (`off` when its queues cannot write them).
+    pub timestamps: String,
+}
+
+/// A label that GPU spans of a device name by id.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RawOp {
+    pub device: u32,
+    pub id: u32,
+    pub label: String,
+    /// `dispatch` for a dispatch, `region` for a submit or command buffer span.
+    pub kind: String,
+}
+
+/// Every call of one device from the end of the previous host wait to the end of this one.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RawGroup {
+    pub device: u32,
+    /// 0-based, consecutive per device.
+    pub index: u64,
+    /// `fence`, `queue-idle`, `device-idle`, `semaphore`, or `destroy` (what was left when the
+    /// device was destroyed).
+    pub wait: String,
+    /// Host monotonic ns (absolute): the previous group's end, and the moment the wait returned.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Hash of the GPU work and the wait kind (see the module docs); equal work, equal hash.
+    pub signature: u64,
+    pub counters: Counters,
+    /// `record`, `descriptors`, `submit` and `wait` spans, `start_ns` absolute, depth 1.
+    #[serde(default)]
+    pub host_spans: Vec<HostSpan>,
+    /// GPU spans read back at this wait (they may belong to earlier groups).
+    #[serde(default)]
+    pub gpu_spans: Vec<RawGpuSpan>,
+    /// Timestamp pairs the layer had to drop (query slots exhausted, results never available).
+    #[serde(default)]
+    pub dropped_timestamps: u64,
+}
+
+/// `[group, submit, op, queue, start_gpu_ns, end_gpu_ns]`: a span of the work of submit number
+/// `submit` (0-based within `group`), GPU times in ns (ticks times the timestamp period).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RawGpuSpan(pub u64, pub u32, pub u32, pub u8, pub u64, pub u64);
+
+/// How wait groups become steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(clap::ValueEnum)]
+pub enum StepRule {
+    /// One step per period of the repeating pattern of wait groups (see the module docs).
+    #[default]
+    Auto,
+    /// Every wait group is its own step.
+    Wait,
+}
+
+impl StepRule {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepRule::Auto => "auto",
+            StepRule::Wait => "wait",
+        }
+    }
+}
+
+/// The decode loop that [`find_period`] found: `count` periods of `period` wait groups starting
+/// at group `start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Period {
+    pub start: usize,
+    pub period: usize,
+    pub count: usize,
+}
+
+impl Period {
+    pub fn end(&self) -> usize {
+        self.start + self.period * self.count
+    }
+}
+
+/// Finds the last stretch of `signatures` that repeats with some period P at least
+/// `min_repeats` times, every period holding GPU work (`has_work`), anchored at the stretch's
+/// end. Among stretches ending last, the one covering most groups wins, then the smallest P.
+pub fn find_period(signatures: &[u64], has_work: &[bool], min_repeats: usize) -> Option<Period> {
+    let n = signatures.len();
+    let min_repeats = min_repeats.max(2);
+    // (end, covered, -period) is maximised.
+    let mut best: Option<(usize, usize, Period)> = None;
+    for p in 1..=n / min_repeats {
+        let mut j = 0;
+        while j + p < n {
+            if signatures[j] != signatures[j + p] {
+                j += 1;
+                continue;
+            }
+            let a = j;
+            while j + p < n && signatures[j] == signatures[j + p] {
+                j += 1;
+            }
+            // signatures[a..j] equal signatures[a+p..j+p]: the stretch a..j+p has period p.
+            let end = j + p;
+            let count = (end - a) / p;
+            if count < min_repeats {
+                continue;
+            }
+            let start = end - count * p;
+            if !has_work[start..start + p].iter().any(|&w| w) {
+                continue;
+            }
+            let covered = count * p;
+            let better = match &best {
+                None => true,
+                Some((e, c, bp)) => {
+                    end > *e || (end == *e && (covered > *c || (covered == *c && p < bp.period)))
+                }
+            };
+            if better {
+                best = Some((
+                    end,
+                    covered,
+                    Period {
+                        start,
+                        period: p,
+                        count,
+                    },
+                ));
+            }
+        }
+    }
+    best.map(|(_, _, p)| p)
+}
+
+/// Steps over wait groups: index ranges with their phase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segmentation {
+    pub steps: Vec<(Phase, Range<usize>)>,
+    /// Groups summed into `meta.capture.epilogue` rather than a step.
+    pub epilogue: Range<usize>,
+    pub period: Option<Period>,
+    /// One sentence on how the steps were made, for `meta.capture.step_rule_detail`.
+    pub detail: String,
+}
+
+/// Groups `n` wait groups into steps by `rule` (see the module docs).
+pub fn segment(signatures: &[u64], has_work: &[bool], rule: StepRule) -> Segmentation {
+    let n = signatures.len();
+    let period = find_period(signatures, has_work, MIN_REPEATS);
+    let mut steps = Vec::new();
+    match (rule, period) {
+        (StepRule::Auto, Some(p)) => {
+            if p.start > 0 {
+                steps.push((Phase::Prefill, 0..p.start));
+            }
+            for k in 0..p.count {
+                let a = p.start + k * p.period;
+                steps.push((Phase::Decode, a..a + p.period));
+            }
+            Segmentation {
+                steps,
+                epilogue: p.end()..n,
+                period,
+                detail: format!(
+                    "auto: the wait groups repeat with a period of {} wait group(s), {} times; one \
+                     decode step per period, the {} wait group(s) before them one prefill step, \
+                     the {} after them the epilogue",
+                    p.period,
+                    p.count,
+                    p.start,
+                    n - p.end()
+                ),
+            }
+        }
+        (StepRule::Wait, Some(p)) => {
+            for i in 0..p.end() {
+                let phase = if i < p.start {
+                    Phase::Prefill
+                } else {
+                    Phase::Decode
+                };
+                steps.push((phase, i..i + 1));
+            }
+            Segmentation {
+                steps,
+                epilogue: p.end()..n,
+                period,
+                detail: format!(
+                    "wait: one step per wait group; the {} before the repeating pattern (period {} \
+                     wait groups, {} times) are prefill, the {} after it the epilogue",
+                    p.start,
+                    p.period,
+                    p.count,
+                    n - p.end()
+                ),
+            }
+        }
+        (rule, None) => {
+            for i in 0..n {
+                steps.push((Phase::Decode, i..i + 1));
+            }
+            let why = match rule {
+                StepRule::Auto => {
+                    "auto found no pattern of wait groups repeating at least 3 times, so "
+                }
+                StepRule::Wait => "",
+            };
+            Segmentation {
+                steps,
+                epilogue: n..n,
+                period: None,
+                detail: format!("wait: {why}every wait group is one decode step"),
+            }
+        }
+    }
+}
+
+/// Everything `profiler record` knows about the program it ran.
+#[derive(Clone, Debug, Default)]
+pub struct ProgramRun {
+    pub program: String,
+    pub args: Vec<String>,
+    /// The exit code, `None` when a signal ended the program.
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// True when `profiler record` forwarded Ctrl-C (SIGINT) to the program.
+    pub interrupted: bool,
+    pub created_unix_ms: u64,
+}
+
+/// What went wrong turning raw records into a trace.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error(
+        "{program} never loaded the capture layer: it did not create a Vulkan instance through the \
+         Vulkan loader, so there is nothing to trace (profiler record traces Vulkan programs)"
+    )]
+    NoVulkan { program: String },
+    #[error(
+        "{program} created a Vulkan instance but no device{listed}, so there is nothing to trace"
+    )]
+    NoDevice { program: String, listed: String },
+    #[error(
+        "the raw capture {file} was written by capture layer format {found}, but this profiler \
+         reads format {RAW_VERSION}; rebuild the layer and the profiler together"
+    )]
+    Version { file: String, found: u32 },
+    #[error("the raw capture {file} is not valid at line {line}: {message}")]
+    Invalid {
+        file: String,
+        line: usize,
+        message: String,
+    },
+}
+
+/// One raw file, parsed.
+#[derive(Clone, Debug, Default)]
+pub struct RawCapture {
+    pub file: String,
+    pub process: Option<RawProcess>,
+    pub devices: Vec<RawDevice>,
+    pub ops: Vec<RawOp>,
+    pub groups: Vec<RawGroup>,
+    /// True when the last line was cut short (the program died while the layer wrote it).
+    pub truncated: bool,
+}
+
+/// Parses one raw file's text. A final line without its newline is a record cut short by the
+/// program's death: it is dropped and `truncated` set. Anything else malformed is an error.
+pub fn parse_raw(file: &str, text: &str) -> Result<RawCapture, CaptureError> {
+    let mut out = RawCapture {
+        file: file.to_owned(),
+        ..RawCapture::default()
+    };
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let rec: RawRecord = match serde_json::from_str(line) {
+            Ok(r) => r,
+            Err(_) if i + 1 == lines.len() && !complete => {
+                out.truncated = true;
+                break;
+            }
+            Err(e) => {
+                return Err(CaptureError::Invalid {
+                    file: file.to_owned(),
+                    line: i + 1,
+                    message: e.to_string(),
+                });
+            }
+        };
+        match rec {
+            RawRecord::Process(p) => {
+                if p.raw_version != RAW_VERSION {
+                    return Err(CaptureError::Version {
+                        file: file.to_owned(),
+                        found: p.raw_version,
+                    });
+                }
+                out.process = Some(p);
+            }
+            RawRecord::Device(d) => out.devices.push(d),
+            RawRecord::Op(o) => out.ops.push(o),
+            RawRecord::Group(g) => out.groups.push(g),
+        }
+    }
+    Ok(out)
+}
+
+/// Turns the raw captures of one program run into a trace of its busiest device (the one with
+/// the most submits).
+pub fn build_trace(
+    raws: &[RawCapture],
+    run: &ProgramRun,
+    rule: StepRule,
+) -> Result<Trace, CaptureError> {
+    let loaded: Vec<&RawCapture> = raws.iter().filter(|r| r.process.is_some()).collect();
+    if loaded.is_empty() {
+        return Err(CaptureError::NoVulkan {
+            program: run.program.clone(),
+        });
+    }
+    // (raw file, device) with the most submits.
+    let mut best: Option<(usize, u32, u64)> = None;
+    let mut seen = Vec::new();
+    for (fi, r) in loaded.iter().enumerate() {
+        for d in &r.devices {
+            let submits: u64 = r
+                .groups
+                .iter()
+                .filter(|g| g.device == d.device)
+                .map(|g| g.counters.submits())
+                .sum();
+            seen.push(format!(
+                "{} (pid {}, {submits} submits)",
+                d.info.name,
+                r.process.as_ref().map_or(0, |p| p.pid)
+            ));
+            if best.is_none_or(|(_, _, s)| submits > s) {
+                best = Some((fi, d.device, submits));
+            }
+        }
+    }
+    let Some((fi, dev, _)) = best else {
+        return Err(CaptureError::NoDevice {
+            program: run.program.clone(),
+            listed: String::new(),
+        });
+    };
+    let raw = loaded[fi];
+    let device = raw
+        .devices
+        .iter()
+        .find(|d| d.device == dev)
+        .cloned()
+        .unwrap_or_default();
+    let process = raw.process.clone().unwrap_or_default();
+    let groups: Vec<&RawGroup> = raw.groups.iter().filter(|g| g.device == dev).collect();
+
+    // Ops of this device, renumbered densely in id order.
+    let mut op_index: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut ops: Vec<OpInfo> = Vec::new();
+    let mut dev_ops: Vec<&RawOp> = raw.ops.iter().filter(|o| o.device == dev).collect();
+    dev_ops.sort_by_key(|o| o.id);
+    for o in dev_ops {
+        op_index.insert(o.id, ops.len() as u32);
+        ops.push(OpInfo {
+            label: o.label.clone(),
+            kind: o.kind.clone(),
+            ..OpInfo::default()
+        });
+    }
+
+    let signatures: Vec<u64> = groups.iter().map(|g| g.signature).collect();
+    let has_work: Vec<bool> = groups.iter().map(|g| g.counters.submits() > 0).collect();
+    let seg = segment(&signatures, &has_work, rule);
+
+    // GPU spans are read at a later wait than the one that ends their submit's group.
+    let mut spans_of: BTreeMap<u64, Vec<RawGpuSpan>> = BTreeMap::new();
+    let mut dropped = 0u64;
+    for g in &groups {
+        dropped += g.dropped_timestamps;
+        for s in &g.gpu_spans {
+            spans_of.entry(s.0).or_default().push(*s);
+        }
+    }
+    let epoch = groups.first().map_or(0, |g| g.start_ns);
+    let rel = |t: u64| t.saturating_sub(epoch);
+    let timestamps_on = device.timestamps != "off";
+    let calibrated = device.clock.calibrated;
+    let mut tokens = Vec::with_capacity(seg.steps.len());
+    let mut decode_index = 0u32;
+    for (phase, range) in &seg.steps {
+        let gs = &groups[range.clone()];
+        let (Some(first), Some(last)) = (gs.first(), gs.last()) else {
+            continue;
+        };
+        let start = first.start_ns;
+        let wall = last.end_ns.saturating_sub(start);
+        let mut counters = Counters::default();
+        let mut host_spans = vec![HostSpan("token".into(), rel(start), wall, 0)];
+        let mut raw_spans: Vec<(RawGpuSpan, u32)> = Vec::new();
+        let mut submits_before = 0u32;
+        let mut wait_ns = 0u64;
+        for g in gs {
+            counters.add(&g.counters);
+            for h in &g.host_spans {
+                if h.0 == "wait" {
+                    wait_ns += h.2;
+                }
+                host_spans.push(HostSpan(h.0.clone(), rel(h.1), h.2, h.3));
+            }
+            if let Some(v) = spans_of.get(&g.index) {
+                raw_spans.extend(v.iter().map(|s| (*s, s.1 + submits_before)));
+            }
+            submits_before += g.counters.submits() as u32;
+        }
+        let gpu_spans = place_gpu_spans(
+            &raw_spans,
+            &op_index,
+            if calibrated {
+                Some(device.clock.gpu_minus_host_ns)
+            } else {
+                None
+            },
+            epoch,
+            start,
+            last.end_ns,
+        );
+        let gpu_busy_ns = timestamps_on.then(|| union_ns(&gpu_spans));
+        let position = match phase {
+            Phase::Prefill => 0,
+            Phase::Decode => {
+                decode_index += 1;
+                decode_index - 1
+            }
+        };
+        tokens.push(TokenRecord {
+            index: tokens.len() as u32,
+            phase: *phase,
+            position,
+            n_tokens: 1,
+            kv_len: 0,
+            token_id: None,
+            start_ns: rel(start),
+            wall_ns: wall,
+            host_enqueue_ns: wall.saturating_sub(wait_ns),
+            host_wait_ns: wait_ns,
+            gpu_busy_ns,
+            counters,
+            host_spans,
+            gpu_spans,
+        });
+    }
+
+    let mut epilogue = Counters::default();
+    let mut epilogue_wall_ns = 0;
+    if let (Some(a), Some(b)) = (
+        groups.get(seg.epilogue.start),
+        seg.epilogue.end.checked_sub(1).and_then(|i| groups.get(i)),
+    ) {
+        for g in &groups[seg.epilogue.clone()] {
+            epilogue.add(&g.counters);
+        }
+        epilogue_wall_ns = b.end_ns.saturating_sub(a.start_ns);
+    }
+    let complete = run.exit_code == Some(0) && !raw.truncated;
+    let mut notes = Vec::new();
+    match (run.exit_code, run.signal) {
+        (Some(0), _) => {}
+        (Some(c), _) => notes.push(format!(
+            "the program exited with status {c}: the trace holds what it did until then"
+        )),
+        (None, Some(s)) => notes.push(format!(
+            "the program was ended by signal {s}{}: the trace holds what it did until then",
+            if run.interrupted {
+                " after Ctrl-C"
+            } else {
+                ""
+            }
+        )),
+        (None, None) => notes.push("the program's exit status is unknown".into()),
+    }
+    if raw.truncated {
+        notes.push(format!(
+            "the layer's last record in {} was cut short and is left out",
+            raw.file
+        ));
+    }
+    if seen.len() > 1 {
+        notes.push(format!(
+            "devices seen: {}; this trace is of the busiest",
+            seen.join(", ")
+        ));
+    }
+    let decode_steps = tokens.iter().filter(|t| t.phase == Phase::Decode).count() as u32;
+    let unknown = || UNKNOWN.to_owned();
+    Ok(Trace {
+        format: FORMAT_NAME.into(),
+        version: FORMAT_VERSION,
+        meta: Meta {
+            tool: ToolMeta {
+                name: "decodescope-layer".into(),
+                version: process.layer_version.clone(),
+            },
+            created_unix_ms: run.created_unix_ms,
+            epoch_host_ns: epoch,
+            device: device.info.clone(),
+            clock: device.clock.clone(),
+            model: ModelMeta {
+                name: unknown(),
+                architecture: unknown(),
+                ..ModelMeta::default()
+            },
+            knobs: Knobs {
+                mode: unknown(),
+                submit: unknown(),
+                sync: unknown(),
+                descriptors: unknown(),
+                barriers: unknown(),
+                kernels: unknown(),
+                recording: unknown(),
+            },
+            run: RunMeta {
+                prompt: String::new(),
+                prompt_tokens: 0,
+                decode_tokens: decode_steps,
+                timestamps: device.timestamps.clone(),
+                ..RunMeta::default()
+            },
+            capture: Some(CaptureMeta {
+                program: run.program.clone(),
+                args: run.args.clone(),
+                exe: process.exe.clone(),
+                pid: process.pid,
+                exit_code: run.exit_code,
+                signal: run.signal,
+                complete,
+                notes,
+                step_rule: rule.name().into(),
+                step_rule_detail: seg.detail.clone(),
+                period_waits: seg.period.map_or(0, |p| p.period as u32),
+                wait_groups: groups.len() as u64,
+                epilogue_waits: seg.epilogue.len() as u64,
+                epilogue,
+                epilogue_wall_ns,
+                dropped_timestamps: dropped,
+                unknown_counters: vec!["bytes_to_device".into(), "bytes_from_device".into()],
+            }),
+        },
+        ops,
+        tokens,
+    })
+}
+
+/// GPU spans of one step on the host timeline, relative to `epoch`. With a calibration
+/// (`gpu_minus_host_ns`), exact; without one, the step's last GPU end is aligned with the moment
+/// its last wait returned (`step_end_ns`), as the decoder's fence fallback does.
+fn place_gpu_spans(
+    raw: &[(RawGpuSpan, u32)],
+    op_index: &BTreeMap<u32, u32>,
+    gpu_minus_host_ns: Option<i64>,
+    epoch: u64,
+    step_start_ns: u64,
+    step_end_ns: u64,
+) -> Vec<GpuSpan> {
+    if raw.is_empty() {
+        return Vec::new();
+    }
+    let offset = match gpu_minus_host_ns {
+        Some(o) => o,
+        None => {
+            let last = raw.iter().map(|(s, _)| s.5).max().unwrap_or(0);
+            last as i64 - step_end_ns as i64
+        }
+    };
+    let mut out: Vec<GpuSpan> = raw
+        .iter()
+        .filter_map(|(s, submit)| {
+            let op = *op_index.get(&s.2)?;
+            let a = s.4 as i64 - offset - epoch as i64;
+            let b = s.5 as i64 - offset - epoch as i64;
+            let start = a.max(step_start_ns as i64 - epoch as i64).max(0) as u64;
+            let end = b.max(a).max(0) as u64;
+            Some(GpuSpan(op, start, end.saturating_sub(start), s.3, *submit))
+        })
+        .collect();
+    out.sort_by_key(|s| (s.1, s.0));
+    out
+}
+
+/// The length of the union of the spans' intervals.
+fn union_ns(spans: &[GpuSpan]) -> u64 {
+    let mut v: Vec<(u64, u64)> = spans.iter().map(|s| (s.1, s.1 + s.2)).collect();
+    v.sort_unstable();
+    let mut busy = 0;
+    let mut cur: Option<(u64, u64)> = None;
+    for (a, b) in v {
+        cur = match cur {
+            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
+            Some((ca, cb)) => {
+                busy += cb - ca;
+                Some((a, b))
+            }
+            None => Some((a, b)),
+        };
+    }
+    if let Some((ca, cb)) = cur {
+        busy += cb - ca;
+    }
+    busy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(n: usize) -> Vec<bool> {
+        vec![true; n]
+    }
+
+    #[test]
+    fn one_wait_per_token_after_a_prologue() {
+        // Uploads (1), a prompt (2), then tokens (3), then a teardown (4, no work).
+        let s = [1, 1, 1, 1, 2, 3, 3, 3, 3, 3, 4];
+        let mut w = work(s.len());
+        w[10] = false;
+        let seg = segment(&s, &w, StepRule::Auto);
+        let p = seg.period.expect("a period");
+        assert_eq!((p.start, p.period, p.count), (5, 1, 5));
+        assert_eq!(seg.steps[0], (Phase::Prefill, 0..5));
+        assert_eq!(seg.steps.len(), 6);
+        assert_eq!(seg.epilogue, 10..11);
+    }
+
+    #[test]
+    fn a_token_of_several_waits_is_one_step_anchored_at_the_end() {
+        // Prompt groups 7 8 9 share their tail (8 9) with the token pattern 5 8 9.
+        let mut s = vec![1, 1, 7, 8, 9];
+        for _ in 0..4 {
+            s.extend([5, 8, 9]);
+        }
+        s.push(0);
+        let w = work(s.len());
+        let seg = segment(&s, &w, StepRule::Auto);
+        let p = seg.period.expect("a period");
+        assert_eq!((p.period, p.count, p.end()), (3, 4, 17));
+        assert_eq!(seg.steps[1], (Phase::Decode, 5..8));
+    }
+
+    #[test]
+    fn wait_rule_keeps_every_group() {
+        let s = [1, 2, 3, 3, 3, 3];
+        let seg = segment(&s, &work(6), StepRule::Wait);
+        assert_eq!(seg.steps.len(), 6);
+        assert_eq!(seg.steps[1].0, Phase::Prefill);
+        assert_eq!(seg.steps[2].0, Phase::Decode);
+    }
+
+    #[test]
+    fn no_pattern_falls_back_to_waits() {
+        let s = [1, 2, 3, 4];
+        let seg = segment(&s, &work(4), StepRule::Auto);
+        assert!(seg.period.is_none());
+        assert_eq!(seg.steps.len(), 4);
+        assert!(seg.detail.contains("no pattern"));
+    }
+
+    #[test]
+    fn idle_repeats_are_not_a_decode_loop() {
+        // Three empty device-idle waits at the end must not beat the real loop.
+        let s = [2, 3, 3, 3, 9, 9, 9];
+        let w = [true, true, true, true, false, false, false];
+        let p = find_period(&s, &w, 3).expect("a period");
+        assert_eq!((p.start, p.count), (1, 3));
+    }
+
+    #[test]
+    fn a_cut_last_line_is_dropped_and_flagged() {
+        let good = serde_json::to_string(&RawRecord::Process(RawProcess {
+            raw_version: RAW_VERSION,
+            ..RawProcess::default()
+        }))
+        .expect("serialize");
+        let text = format!("{good}\n{{\"group\": {{\"dev");
+        let r = parse_raw("x", &text).expect("parse");
+        assert!(r.truncated);
+        assert!(r.process.is_some());
+        let bad = format!("{good}\nnot json\n");
+        assert!(matches!(
+            parse_raw("x", &bad),
+            Err(CaptureError::Invalid { line: 2, .. })
+        ));
+    }
+}
