@@ -28,6 +28,7 @@ pub mod export;
 pub mod fuzzing;
 pub mod gates;
 pub mod io;
+pub mod record;
 pub mod report;
 mod rng;
 pub mod stats;

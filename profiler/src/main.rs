@@ -85,6 +85,35 @@ enum Command {
         /// Where to write the export (written atomically).
         out: PathBuf,
     },
+    /// Run a Vulkan program with the capture layer and write its trace: per-step counters,
+    /// host spans and GPU timestamps of an unmodified program (llama.cpp, MLX, ... or the
+    /// decoder itself). The program's exit status is passed on.
+    #[command(
+        after_help = "Steps: a foreign program does not mark its tokens. The layer records every \
+                      host wait (fence, queue or device idle, timeline semaphore) and the work \
+                      since the previous one; `--steps auto` finds the repeating pattern of these \
+                      wait groups after the prompt and makes each period one decode step, \
+                      `--steps wait` keeps every wait group as a step. meta.capture in the trace \
+                      says which rule made the steps and what it found."
+    )]
+    Record {
+        /// Where to write the trace (atomically; also when the program fails or is stopped).
+        #[arg(long, value_name = "TRACE")]
+        out: PathBuf,
+        /// GPU timestamps the layer inserts in its own query pool.
+        #[arg(long, value_enum, default_value_t = LayerTimestamps::Off)]
+        timestamps: LayerTimestamps,
+        /// How host waits become steps.
+        #[arg(long, value_enum, default_value_t = profiler::capture::StepRule::Auto)]
+        steps: profiler::capture::StepRule,
+        /// The capture layer library (default: $DECODESCOPE_LAYER, else libdecodescope_layer.so
+        /// beside this executable).
+        #[arg(long, value_name = "PATH")]
+        layer: Option<PathBuf>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+        command: Vec<String>,
+    },
     /// Write a synthetic trace (deterministic, no GPU) for tests, benchmarks and the viewer.
     /// Its numbers are modelled, not measured.
     SynthTrace {
@@ -139,6 +168,30 @@ impl Common {
     }
 }
 
+/// Where `profiler record`'s layer writes GPU timestamps.
+#[derive(Clone, Copy, ValueEnum)]
+enum LayerTimestamps {
+    /// None (no overhead beyond counting).
+    Off,
+    /// Around each vkQueueSubmit's command buffers.
+    Submit,
+    /// At the start and end of every primary command buffer.
+    CommandBuffer,
+    /// Around every dispatch.
+    Dispatch,
+}
+
+impl LayerTimestamps {
+    fn name(self) -> &'static str {
+        match self {
+            LayerTimestamps::Off => "off",
+            LayerTimestamps::Submit => "submit",
+            LayerTimestamps::CommandBuffer => "command-buffer",
+            LayerTimestamps::Dispatch => "dispatch",
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum ExportFormat {
     /// Chrome Trace Event JSON (Perfetto, chrome://tracing).
@@ -149,6 +202,8 @@ enum ExportFormat {
 enum Outcome {
     Ok,
     GateFailed,
+    /// `record`: the recorded program's exit status.
+    Exit(i32),
 }
 
 /// Reads a trace for statistics and diffs (host spans skipped: they are not used there).
@@ -260,6 +315,49 @@ fn run(cli: Cli) -> Result<Outcome> {
             eprintln!("wrote {}", out.display());
             Ok(Outcome::Ok)
         }
+        Command::Record {
+            out,
+            timestamps,
+            steps,
+            layer,
+            command,
+        } => {
+            let opts = profiler::record::RecordOptions {
+                out: out.clone(),
+                timestamps: timestamps.name().into(),
+                steps,
+                layer,
+                command,
+            };
+            let rec = profiler::record::record(&opts)?;
+            let code = rec.exit_code();
+            match &rec.trace {
+                Ok(t) => {
+                    let decode = t
+                        .tokens
+                        .iter()
+                        .filter(|r| r.phase == profiler::Phase::Decode)
+                        .count();
+                    let c = t.meta.capture.as_ref();
+                    eprintln!(
+                        "wrote {}: {} steps ({decode} decode) from {} wait groups on {}; {}",
+                        out.display(),
+                        t.tokens.len(),
+                        c.map_or(0, |c| c.wait_groups),
+                        t.meta.device.name,
+                        c.map_or("", |c| c.step_rule_detail.as_str())
+                    );
+                    for n in c.map(|c| c.notes.as_slice()).unwrap_or_default() {
+                        eprintln!("note: {n}");
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}; no trace was written");
+                    return Ok(Outcome::Exit(if code == 0 { 2 } else { code }));
+                }
+            }
+            Ok(Outcome::Exit(code))
+        }
         Command::SynthTrace {
             out,
             decode_tokens,
@@ -298,6 +396,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::GateFailed) => ExitCode::from(1),
+        Ok(Outcome::Exit(code)) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)

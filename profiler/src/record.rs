@@ -1,0 +1,289 @@
+//! `profiler record`: run a program with the capture layer enabled through the Vulkan loader's
+//! environment (nothing is installed anywhere), then turn the layer's raw records into a trace.
+//!
+//! The layer is found at `--layer PATH`, else `$DECODESCOPE_LAYER`, else beside the running
+//! `profiler` executable (cargo builds both into `target/<profile>/`). Its manifest is written
+//! into a temporary folder named by `VK_ADD_LAYER_PATH`; `VK_INSTANCE_LAYERS` and
+//! `VK_LOADER_LAYERS_ENABLE` enable it; `DECODESCOPE_CAPTURE_DIR` and `DECODESCOPE_TIMESTAMPS`
+//! pass the options to it.
+//!
+//! Ctrl-C reaches the program (it shares the terminal's process group) and `profiler record`
+//! outlives it: once the program has exited, the trace is written (atomically) and says that the
+//! program was stopped. A SIGINT or SIGTERM sent to `profiler record` alone is passed on to the
+//! program after a second's grace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::capture::{self, CaptureError, ProgramRun, StepRule};
+use crate::trace::Trace;
+
+/// The layer's name in its manifest and in `VK_INSTANCE_LAYERS`.
+pub const LAYER_NAME: &str = "VK_LAYER_DECODESCOPE_capture";
+/// The library cargo builds from `layer/`.
+pub const LAYER_FILE: &str = "libdecodescope_layer.so";
+
+/// What to record and how.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub out: PathBuf,
+    /// `off`, `submit`, `command-buffer` or `dispatch`.
+    pub timestamps: String,
+    pub steps: StepRule,
+    /// `--layer`; else `$DECODESCOPE_LAYER`; else beside the executable.
+    pub layer: Option<PathBuf>,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+}
+
+/// How the recording went.
+#[derive(Debug)]
+pub struct Recorded {
+    pub run: ProgramRun,
+    /// The trace written to `out`, or why there is none.
+    pub trace: Result<Trace, CaptureError>,
+}
+
+impl Recorded {
+    /// The exit code `profiler record` passes on: the program's, or 128 + the signal that ended
+    /// it (as a shell reports it).
+    pub fn exit_code(&self) -> i32 {
+        match (self.run.exit_code, self.run.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => 1,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(
+        "the capture layer library {} does not exist ({how}); build it with `cargo build -p \
+         decodescope-layer`, or name it with --layer PATH or $DECODESCOPE_LAYER",
+        path.display()
+    )]
+    NoLayer { path: PathBuf, how: String },
+    #[error("no program to record: give it after `--` (profiler record --out T.json -- PROGRAM ARGS...)")]
+    NoProgram,
+    #[error("cannot run {program}: {err} (is it on PATH, and executable?)")]
+    Spawn {
+        program: String,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("cannot set up the capture folder {}: {err}", path.display())]
+    Scratch {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("cannot read the layer's raw capture {}: {err}", path.display())]
+    ReadRaw {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    #[error(transparent)]
+    Write(#[from] crate::io::TraceError),
+}
+
+/// Finds the layer library: `explicit`, else `$DECODESCOPE_LAYER`, else beside `exe`.
+pub fn find_layer(explicit: Option<&Path>, exe: Option<&Path>) -> Result<PathBuf, RecordError> {
+    let (path, how) = match (explicit, std::env::var_os("DECODESCOPE_LAYER")) {
+        (Some(p), _) => (p.to_path_buf(), "given with --layer".to_owned()),
+        (None, Some(p)) if !p.is_empty() => (PathBuf::from(p), "from $DECODESCOPE_LAYER".into()),
+        _ => match exe.and_then(Path::parent) {
+            Some(dir) => (
+                dir.join(LAYER_FILE),
+                "looked for beside the profiler executable".into(),
+            ),
+            None => (PathBuf::from(LAYER_FILE), "no executable folder".into()),
+        },
+    };
+    if !path.is_file() {
+        return Err(RecordError::NoLayer { path, how });
+    }
+    Ok(std::fs::canonicalize(&path).unwrap_or(path))
+}
+
+/// The manifest the loader reads (`file_format_version` 1.2.0: the loader negotiates the
+/// interface through `vkNegotiateLoaderLayerInterfaceVersion`, the library's only export).
+pub fn manifest(library: &Path) -> String {
+    let doc = serde_json::json!({
+        "file_format_version": "1.2.0",
+        "layer": {
+            "name": LAYER_NAME,
+            "type": "GLOBAL",
+            "library_path": library.display().to_string(),
+            "api_version": "1.3.0",
+            "implementation_version": "1",
+            "description": "decodescope capture layer (enabled by profiler record)",
+        }
+    });
+    format!("{doc:#}\n")
+}
+
+/// A folder removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch_dir() -> Result<Scratch, RecordError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let path = std::env::temp_dir().join(format!(
+        "decodescope-record.{}.{nanos}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&path).map_err(|err| RecordError::Scratch {
+        path: path.clone(),
+        err,
+    })?;
+    Ok(Scratch(path))
+}
+
+/// Prepends `value` to a `sep`-separated list in the environment variable `name`.
+fn prepend(name: &str, value: &str, sep: &str) -> String {
+    match std::env::var(name) {
+        Ok(old) if !old.is_empty() => format!("{value}{sep}{old}"),
+        _ => value.to_owned(),
+    }
+}
+
+/// Runs the program under the layer and writes the trace to `opts.out`.
+pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
+    let Some((program, args)) = opts.command.split_first() else {
+        return Err(RecordError::NoProgram);
+    };
+    let exe = std::env::current_exe().ok();
+    let layer = find_layer(opts.layer.as_deref(), exe.as_deref())?;
+    let scratch = scratch_dir()?;
+    let manifest_path = scratch.0.join("VkLayer_decodescope_capture.json");
+    std::fs::write(&manifest_path, manifest(&layer)).map_err(|err| RecordError::Scratch {
+        path: manifest_path.clone(),
+        err,
+    })?;
+
+    // Ctrl-C and SIGTERM: keep running until the program has exited.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|err| {
+            RecordError::Scratch {
+                path: scratch.0.clone(),
+                err,
+            }
+        })?;
+    }
+
+    let dir = scratch.0.display().to_string();
+    let created_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut child = Command::new(program)
+        .args(args)
+        .env("VK_ADD_LAYER_PATH", prepend("VK_ADD_LAYER_PATH", &dir, ":"))
+        .env(
+            "VK_INSTANCE_LAYERS",
+            prepend("VK_INSTANCE_LAYERS", LAYER_NAME, ":"),
+        )
+        .env(
+            "VK_LOADER_LAYERS_ENABLE",
+            prepend("VK_LOADER_LAYERS_ENABLE", LAYER_NAME, ","),
+        )
+        .env("DECODESCOPE_CAPTURE_DIR", &dir)
+        .env("DECODESCOPE_TIMESTAMPS", &opts.timestamps)
+        .spawn()
+        .map_err(|err| RecordError::Spawn {
+            program: program.clone(),
+            err,
+        })?;
+    let mut interrupted_at: Option<Instant> = None;
+    let mut forwarded = false;
+    let status: ExitStatus = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(err) => {
+                return Err(RecordError::Spawn {
+                    program: program.clone(),
+                    err,
+                });
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            let at = *interrupted_at.get_or_insert_with(Instant::now);
+            if !forwarded && at.elapsed() > Duration::from_secs(1) {
+                // The signal reached only us (not from the terminal): pass it on.
+                let _ = Command::new("kill")
+                    .args(["-INT", &child.id().to_string()])
+                    .status();
+                forwarded = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let run = ProgramRun {
+        program: program.clone(),
+        args: args.to_vec(),
+        exit_code: status.code(),
+        signal: status.signal(),
+        interrupted: interrupted_at.is_some(),
+        created_unix_ms,
+    };
+
+    let mut raws = Vec::new();
+    let entries = std::fs::read_dir(&scratch.0).map_err(|err| RecordError::ReadRaw {
+        path: scratch.0.clone(),
+        err,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|err| RecordError::ReadRaw {
+            path: f.clone(),
+            err,
+        })?;
+        raws.push(capture::parse_raw(&f.display().to_string(), &text)?);
+    }
+    let trace = capture::build_trace(&raws, &run, opts.steps);
+    if let Ok(t) = &trace {
+        crate::io::write_trace(&opts.out, t)?;
+    }
+    Ok(Recorded { run, trace })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_layer_is_named() {
+        let e = find_layer(Some(Path::new("/nonexistent/libx.so")), None).expect_err("missing");
+        let msg = e.to_string();
+        assert!(msg.contains("/nonexistent/libx.so"), "{msg}");
+        assert!(msg.contains("--layer"), "{msg}");
+    }
+
+    #[test]
+    fn the_manifest_names_the_library() {
+        let m = manifest(Path::new("/x/libdecodescope_layer.so"));
+        let v: serde_json::Value = serde_json::from_str(&m).expect("json");
+        assert_eq!(v["layer"]["name"], LAYER_NAME);
+        assert_eq!(v["layer"]["library_path"], "/x/libdecodescope_layer.so");
+    }
+}
