@@ -315,7 +315,12 @@ impl DeviceData {
 
     /// Reads a timestamp pair: waiting when its submission is known complete, else only if it
     /// is available. `None` when it is not.
-    unsafe fn read_pair(&self, pool: vk::QueryPool, slot: u32, complete: bool) -> Option<(u64, u64)> {
+    unsafe fn read_pair(
+        &self,
+        pool: vk::QueryPool,
+        slot: u32,
+        complete: bool,
+    ) -> Option<(u64, u64)> {
         let f = self.next.get_query_pool_results?;
         if complete {
             let mut v = [0u64; 2];
@@ -398,7 +403,12 @@ impl DeviceData {
 
     unsafe fn stamp_end(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32) {
         if let (Some(t), Some(ts)) = (g.timer.as_ref(), self.next.cmd_write_timestamp) {
-            ts(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, t.pool, slot * 2 + 1);
+            ts(
+                cb,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                t.pool,
+                slot * 2 + 1,
+            );
         }
     }
 
@@ -432,7 +442,8 @@ impl DeviceData {
             .level(vk::CommandBufferLevel::PRIMARY)
             .command_buffer_count(2);
         let mut cbs = [vk::CommandBuffer::null(); 2];
-        if n.allocate_command_buffers?(self.handle, &info, cbs.as_mut_ptr()) != vk::Result::SUCCESS {
+        if n.allocate_command_buffers?(self.handle, &info, cbs.as_mut_ptr()) != vk::Result::SUCCESS
+        {
             return None;
         }
         // The loader's dispatch pointer goes into command buffers the layer made itself, so
@@ -637,7 +648,9 @@ unsafe extern "system" fn create_instance(
     }
     let instance = *out;
     let fns = ash::Instance::load_with(
-        |name| transmute::<vk::PFN_vkVoidFunction, *const c_void>(next_gipa(instance, name.as_ptr())),
+        |name| {
+            transmute::<vk::PFN_vkVoidFunction, *const c_void>(next_gipa(instance, name.as_ptr()))
+        },
         instance,
     );
     // The raw file is opened (and the process announced) with the first instance.
@@ -697,13 +710,9 @@ unsafe fn device_meta(inst: &InstanceData, pd: vk::PhysicalDevice) -> DeviceMeta
         let mut dp = vk::PhysicalDeviceDriverProperties::default();
         let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut dp);
         (inst.fns.fp_v1_1().get_physical_device_properties2)(pd, &mut p2);
-        driver = format!(
-            "{} {}",
-            c_name(&dp.driver_name),
-            c_name(&dp.driver_info)
-        )
-        .trim()
-        .to_owned();
+        driver = format!("{} {}", c_name(&dp.driver_name), c_name(&dp.driver_info))
+            .trim()
+            .to_owned();
     }
     let device_type = match props.device_type {
         vk::PhysicalDeviceType::DISCRETE_GPU => "discrete",
@@ -768,8 +777,11 @@ unsafe extern "system" fn create_device(
     } else {
         Level::Off
     };
-    let requested: Vec<*const c_char> =
-        slice((*info).pp_enabled_extension_names, (*info).enabled_extension_count).to_vec();
+    let requested: Vec<*const c_char> = slice(
+        (*info).pp_enabled_extension_names,
+        (*info).enabled_extension_count,
+    )
+    .to_vec();
     let has = |name: &CStr| {
         requested
             .iter()
@@ -815,7 +827,10 @@ unsafe extern "system" fn create_device(
     let index = device_count();
     let out_stream = output().clone();
     let mut state = DeviceState::new(index, level, out_stream.clone(), now_ns());
-    state.timestamp_families = families.iter().map(|f| f.timestamp_valid_bits > 0).collect();
+    state.timestamp_families = families
+        .iter()
+        .map(|f| f.timestamp_valid_bits > 0)
+        .collect();
     state.transfer_families = families
         .iter()
         .map(|f| {
@@ -859,9 +874,9 @@ unsafe extern "system" fn create_device(
         }
     } else {
         let f = match calib {
-            Some(n) if n == ash::khr::calibrated_timestamps::NAME => {
-                next.get_calibrated_timestamps_khr.map(|f| (f, "VK_KHR_calibrated_timestamps"))
-            }
+            Some(n) if n == ash::khr::calibrated_timestamps::NAME => next
+                .get_calibrated_timestamps_khr
+                .map(|f| (f, "VK_KHR_calibrated_timestamps")),
             Some(_) => next
                 .get_calibrated_timestamps_ext
                 .map(|f| (f, "VK_EXT_calibrated_timestamps")),
@@ -1020,9 +1035,11 @@ unsafe extern "system" fn queue_submit(
     // Submit level: the layer's own command buffers around the program's.
     let first = batches.iter().position(|b| !b.is_empty());
     let last = batches.iter().rposition(|b| !b.is_empty());
-    let device_group = infos.iter().any(|s| !s.p_next.is_null() && {
-        let b = s.p_next as *const vk::BaseInStructure<'_>;
-        (*b).s_type == vk::StructureType::DEVICE_GROUP_SUBMIT_INFO
+    let device_group = infos.iter().any(|s| {
+        !s.p_next.is_null() && {
+            let b = s.p_next as *const vk::BaseInStructure<'_>;
+            (*b).s_type == vk::StructureType::DEVICE_GROUP_SUBMIT_INFO
+        }
     });
     let family = g.state.queue_family(queue.as_raw());
     let mut wrapped: Option<(Vec<vk::SubmitInfo<'_>>, Vec<Vec<vk::CommandBuffer>>)> = None;
@@ -1461,7 +1478,16 @@ unsafe extern "system" fn cmd_bind_descriptor_sets(
 ) {
     recorded(cb, Cmd::BindSets, |n| {
         if let Some(f) = n.cmd_bind_descriptor_sets {
-            f(cb, bind_point, layout, first, count, sets, dyn_count, dyn_offsets);
+            f(
+                cb,
+                bind_point,
+                layout,
+                first,
+                count,
+                sets,
+                dyn_count,
+                dyn_offsets,
+            );
         }
     });
 }
@@ -1699,7 +1725,9 @@ unsafe extern "system" fn cmd_execute_commands(
 ) {
     let Some(d) = dev(cb) else { return };
     let secondaries: Vec<u64> = slice(cbs, count).iter().map(|c| c.as_raw()).collect();
-    d.lock().state.execute_secondaries(cb.as_raw(), &secondaries);
+    d.lock()
+        .state
+        .execute_secondaries(cb.as_raw(), &secondaries);
     if let Some(f) = d.next.cmd_execute_commands {
         f(cb, count, cbs);
     }

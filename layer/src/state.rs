@@ -322,15 +322,15 @@ impl DeviceState {
     }
 
     pub fn end_cmd(&mut self, cmd: u64, now_ns: u64) {
-        let start = self.cmds.get_mut(&cmd).and_then(|c| c.record_start_ns.take());
+        let start = self
+            .cmds
+            .get_mut(&cmd)
+            .and_then(|c| c.record_start_ns.take());
         if let Some(s) = start {
             self.recording = self.recording.saturating_sub(1);
-            self.group.host_spans.push(HostSpan(
-                "record".into(),
-                s,
-                now_ns.saturating_sub(s),
-                1,
-            ));
+            self.group
+                .host_spans
+                .push(HostSpan("record".into(), s, now_ns.saturating_sub(s), 1));
         }
     }
 
@@ -545,14 +545,21 @@ impl DeviceState {
     pub fn unread_of(&self, stamps: &[Pending]) -> Vec<Pending> {
         self.pending
             .iter()
-            .filter(|p| stamps.iter().any(|s| s.owner.is_some() && s.owner == p.owner))
+            .filter(|p| {
+                stamps
+                    .iter()
+                    .any(|s| s.owner.is_some() && s.owner == p.owner)
+            })
             .copied()
             .collect()
     }
 
     pub fn forget_pending(&mut self, read: &[Pending]) {
-        self.pending
-            .retain(|p| !read.iter().any(|r| r.stamp.slot == p.stamp.slot && r.seq == p.seq));
+        self.pending.retain(|p| {
+            !read
+                .iter()
+                .any(|r| r.stamp.slot == p.stamp.slot && r.seq == p.seq)
+        });
     }
 
     pub fn add_pending(&mut self, stamps: Vec<Pending>) {
@@ -626,7 +633,10 @@ impl DeviceState {
         if kind == "destroy" && g.counters == Counters::default() && g.gpu_spans.is_empty() {
             return;
         }
-        let signature = mix(g.signature, kind.bytes().fold(0u64, |h, b| mix(h, b as u64)));
+        let signature = mix(
+            g.signature,
+            kind.bytes().fold(0u64, |h, b| mix(h, b as u64)),
+        );
         let index = self.next_group;
         self.next_group += 1;
         self.out.write(&RawRecord::Group(RawGroup {

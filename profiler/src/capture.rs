@@ -118,8 +118,7 @@ pub struct RawGroup {
 pub struct RawGpuSpan(pub u64, pub u32, pub u32, pub u8, pub u64, pub u64);
 
 /// How wait groups become steps.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[derive(clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum StepRule {
     /// One step per period of the repeating pattern of wait groups (see the module docs).
     #[default]
@@ -548,11 +547,7 @@ pub fn build_trace(
         )),
         (None, Some(s)) => notes.push(format!(
             "the program was ended by signal {s}{}: the trace holds what it did until then",
-            if run.interrupted {
-                " after Ctrl-C"
-            } else {
-                ""
-            }
+            if run.interrupted { " after Ctrl-C" } else { "" }
         )),
         (None, None) => notes.push("the program's exit status is unknown".into()),
     }

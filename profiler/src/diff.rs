@@ -290,9 +290,19 @@ fn comparability(a: &Trace, b: &Trace, ignore: &[String]) -> Vec<Mismatch> {
     // A foreign program's capture (`profiler record`) cannot know its knobs or model: a field
     // that is unknown on either side is not compared.
     let unknown = |v: &str| v == crate::trace::UNKNOWN;
+    // Nor can it know the model's shape, the prompt or the KV cache: with a foreign capture on
+    // either side only the device, the decode length and the timestamp level are compared.
+    let foreign = ma.capture.is_some() || mb.capture.is_some();
+    let compared = |field: &str| {
+        !foreign
+            || matches!(
+                field,
+                "device.name" | "run.decode_tokens" | "run.timestamps"
+            )
+    };
     fields
         .into_iter()
-        .filter(|(_, x, y)| x != y && !unknown(x) && !unknown(y))
+        .filter(|(f, x, y)| x != y && !unknown(x) && !unknown(y) && compared(f))
         .map(|(field, a, b)| Mismatch {
             ignored: ignore.iter().any(|i| {
                 field == i || (field.starts_with(i.as_str()) && field[i.len()..].starts_with('.'))

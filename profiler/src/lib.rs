@@ -58,7 +58,7 @@ pub use stats::{
 };
 pub use synth::{SynthKernels, SynthOptions, SynthSubmit, SynthTimestamps, synthetic_trace};
 pub use trace::{
-    CaptureMeta, ClockMeta, Counters, DeviceMeta, FORMAT_NAME, FORMAT_VERSION, GpuSpan, HOST_SPAN_NAMES,
-    HostSpan, Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace,
-    UNKNOWN,
+    CaptureMeta, ClockMeta, Counters, DeviceMeta, FORMAT_NAME, FORMAT_VERSION, GpuSpan,
+    HOST_SPAN_NAMES, HostSpan, Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord,
+    ToolMeta, Trace, UNKNOWN,
 };

@@ -67,7 +67,9 @@ pub enum RecordError {
         path.display()
     )]
     NoLayer { path: PathBuf, how: String },
-    #[error("no program to record: give it after `--` (profiler record --out T.json -- PROGRAM ARGS...)")]
+    #[error(
+        "no program to record: give it after `--` (profiler record --out T.json -- PROGRAM ARGS...)"
+    )]
     NoProgram,
     #[error("cannot run {program}: {err} (is it on PATH, and executable?)")]
     Spawn {
@@ -142,10 +144,8 @@ fn scratch_dir() -> Result<Scratch, RecordError> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let path = std::env::temp_dir().join(format!(
-        "decodescope-record.{}.{nanos}",
-        std::process::id()
-    ));
+    let path =
+        std::env::temp_dir().join(format!("decodescope-record.{}.{nanos}", std::process::id()));
     std::fs::create_dir_all(&path).map_err(|err| RecordError::Scratch {
         path: path.clone(),
         err,

@@ -613,6 +613,11 @@ pub fn render_diff(d: &Diff, gates: Option<&GateReport>, format: Format) -> Stri
     para(
         format,
         &match t.first_difference {
+            _ if (t.a_count == 0) != (t.b_count == 0) => format!(
+                "generated tokens: not compared (A {} ids, B {} ids: a capture of a foreign \
+                 program records none)",
+                t.a_count, t.b_count
+            ),
             None => format!("generated tokens: identical ({} ids)", t.a_count),
             Some(i) => format!(
                 "generated tokens: DIFFER from index {i} (A {} ids, B {} ids)",
