@@ -93,6 +93,9 @@ pub struct CmdState {
     pub secondary: bool,
     pub counters: Counters,
     pub signature: u64,
+    /// Order-free hash of the commands (a wrapping sum of their mixed codes): equal for the same
+    /// work however it is split into command buffers and submits.
+    pub work: u64,
     labels: Vec<String>,
     pipeline: Option<u32>,
     record_start_ns: Option<u64>,
@@ -129,6 +132,7 @@ struct Group {
     start_ns: u64,
     counters: Counters,
     signature: u64,
+    work: u64,
     host_spans: Vec<HostSpan>,
     gpu_spans: Vec<RawGpuSpan>,
     dropped: u64,
@@ -315,6 +319,7 @@ impl DeviceState {
                 let slots = c.stamps.drain(..).map(|s| s.slot).collect();
                 c.counters = Counters::default();
                 c.signature = 0;
+                c.work = 0;
                 slots
             }
             None => Vec::new(),
@@ -338,6 +343,7 @@ impl DeviceState {
     pub fn record(&mut self, cmd: u64, what: Cmd) {
         let c = self.cmds.entry(cmd).or_default();
         c.signature = mix(c.signature, what.code());
+        c.work = c.work.wrapping_add(mix(0, what.code()));
         let k = &mut c.counters;
         match what {
             Cmd::BindPipeline(_) => k.pipeline_binds += 1,
@@ -357,13 +363,14 @@ impl DeviceState {
     /// `vkCmdExecuteCommands`: the secondaries' recorded commands become the primary's.
     pub fn execute_secondaries(&mut self, cmd: u64, secondaries: &[u64]) {
         for s in secondaries {
-            let (counters, sig) = match self.cmds.get(s) {
-                Some(c) => (c.counters, c.signature),
+            let (counters, sig, work) = match self.cmds.get(s) {
+                Some(c) => (c.counters, c.signature, c.work),
                 None => continue,
             };
             self.record(cmd, Cmd::Execute(sig));
             if let Some(c) = self.cmds.get_mut(&cmd) {
                 c.counters.add(&counters);
+                c.work = c.work.wrapping_add(work);
             }
         }
     }
@@ -515,6 +522,7 @@ impl DeviceState {
                 if let Some(c) = self.cmds.get(cmd) {
                     self.group.counters.add(&c.counters);
                     self.group.signature = mix(self.group.signature, c.signature);
+                    self.group.work = self.group.work.wrapping_add(c.work);
                     for s in &c.stamps {
                         stamps.push(Pending {
                             group,
@@ -633,10 +641,9 @@ impl DeviceState {
         if kind == "destroy" && g.counters == Counters::default() && g.gpu_spans.is_empty() {
             return;
         }
-        let signature = mix(
-            g.signature,
-            kind.bytes().fold(0u64, |h, b| mix(h, b as u64)),
-        );
+        let wait = kind.bytes().fold(0u64, |h, b| mix(h, b as u64));
+        let signature = mix(g.signature, wait);
+        let work_signature = mix(g.work, wait);
         let index = self.next_group;
         self.next_group += 1;
         self.out.write(&RawRecord::Group(RawGroup {
@@ -646,6 +653,7 @@ impl DeviceState {
             start_ns: g.start_ns,
             end_ns: now_ns,
             signature,
+            work_signature,
             counters: g.counters,
             host_spans: g.host_spans,
             gpu_spans: g.gpu_spans,

@@ -16,6 +16,10 @@
 //!   as command buffers begun or descriptor writes, which change when a program first records
 //!   what it later replays) repeats with a period of P wait groups at least
 //!   [`MIN_REPEATS`] times; each period is one decode step, anchored at the end of the stretch.
+//!   The stretch is then extended backwards by whole periods whose *executed work* (the same
+//!   commands, however the program split them into command buffers and submits) matches the
+//!   first period: a runtime may batch the submits of its first decode token differently
+//!   (llama.cpp does) without that token being anything but a decode step.
 //!   What comes before is one prologue step (setup, weight uploads and the prompt, phase
 //!   `prefill`); what comes after (teardown) is summed into `meta.capture.epilogue`.
 //!
@@ -98,8 +102,13 @@ pub struct RawGroup {
     /// Host monotonic ns (absolute): the previous group's end, and the moment the wait returned.
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Hash of the GPU work and the wait kind (see the module docs); equal work, equal hash.
+    /// Hash of the GPU work as submitted (the commands of every submitted command buffer in
+    /// order, the submits, the kind of wait; see the module docs): equal work, equal hash.
     pub signature: u64,
+    /// Hash of the same commands regardless of order and of how they were split into command
+    /// buffers and submits (and the kind of wait).
+    #[serde(default)]
+    pub work_signature: u64,
     pub counters: Counters,
     /// `record`, `descriptors`, `submit` and `wait` spans, `start_ns` absolute, depth 1.
     #[serde(default)]
@@ -143,6 +152,8 @@ pub struct Period {
     pub start: usize,
     pub period: usize,
     pub count: usize,
+    /// Of the `count` periods, the leading ones added because their executed work matched.
+    pub extended: usize,
 }
 
 impl Period {
@@ -195,6 +206,7 @@ pub fn find_period(signatures: &[u64], has_work: &[bool], min_repeats: usize) ->
                         start,
                         period: p,
                         count,
+                        extended: 0,
                     },
                 ));
             }
@@ -214,10 +226,39 @@ pub struct Segmentation {
     pub detail: String,
 }
 
-/// Groups `n` wait groups into steps by `rule` (see the module docs).
-pub fn segment(signatures: &[u64], has_work: &[bool], rule: StepRule) -> Segmentation {
+/// Extends `p` backwards by whole periods whose `work` signatures equal those of its first
+/// period, position by position.
+pub fn extend_by_work(mut p: Period, work: &[u64]) -> Period {
+    if work.len() < p.end() {
+        return p;
+    }
+    while p.start >= p.period
+        && (0..p.period).all(|i| work[p.start - p.period + i] == work[p.start + i])
+    {
+        p.start -= p.period;
+        p.count += 1;
+        p.extended += 1;
+    }
+    p
+}
+
+/// Groups wait groups into steps by `rule` (see the module docs): `signatures` as submitted,
+/// `work` regardless of submits (empty: no extension), `has_work` where a group submitted.
+pub fn segment(
+    signatures: &[u64],
+    work: &[u64],
+    has_work: &[bool],
+    rule: StepRule,
+) -> Segmentation {
     let n = signatures.len();
-    let period = find_period(signatures, has_work, MIN_REPEATS);
+    let period = find_period(signatures, has_work, MIN_REPEATS).map(|p| extend_by_work(p, work));
+    let extended = |p: &Period| match p.extended {
+        0 => String::new(),
+        k => format!(
+            " (the first {k} of them submitted the same work in a different number of \
+             submits or command buffers)"
+        ),
+    };
     let mut steps = Vec::new();
     match (rule, period) {
         (StepRule::Auto, Some(p)) => {
@@ -233,11 +274,12 @@ pub fn segment(signatures: &[u64], has_work: &[bool], rule: StepRule) -> Segment
                 epilogue: p.end()..n,
                 period,
                 detail: format!(
-                    "auto: the wait groups repeat with a period of {} wait group(s), {} times; one \
-                     decode step per period, the {} wait group(s) before them one prefill step, \
-                     the {} after them the epilogue",
+                    "auto: the wait groups repeat with a period of {} wait group(s), {} times{}; \
+                     one decode step per period, the {} wait group(s) before them one prefill \
+                     step, the {} after them the epilogue",
                     p.period,
                     p.count,
+                    extended(&p),
                     p.start,
                     n - p.end()
                 ),
@@ -258,10 +300,11 @@ pub fn segment(signatures: &[u64], has_work: &[bool], rule: StepRule) -> Segment
                 period,
                 detail: format!(
                     "wait: one step per wait group; the {} before the repeating pattern (period {} \
-                     wait groups, {} times) are prefill, the {} after it the epilogue",
+                     wait groups, {} times{}) are prefill, the {} after it the epilogue",
                     p.start,
                     p.period,
                     p.count,
+                    extended(&p),
                     n - p.end()
                 ),
             }
@@ -446,8 +489,9 @@ pub fn build_trace(
     }
 
     let signatures: Vec<u64> = groups.iter().map(|g| g.signature).collect();
+    let work: Vec<u64> = groups.iter().map(|g| g.work_signature).collect();
     let has_work: Vec<bool> = groups.iter().map(|g| g.counters.submits() > 0).collect();
-    let seg = segment(&signatures, &has_work, rule);
+    let seg = segment(&signatures, &work, &has_work, rule);
 
     // GPU spans are read at a later wait than the one that ends their submit's group.
     let mut spans_of: BTreeMap<u64, Vec<RawGpuSpan>> = BTreeMap::new();
@@ -695,7 +739,7 @@ mod tests {
         let s = [1, 1, 1, 1, 2, 3, 3, 3, 3, 3, 4];
         let mut w = work(s.len());
         w[10] = false;
-        let seg = segment(&s, &w, StepRule::Auto);
+        let seg = segment(&s, &[], &w, StepRule::Auto);
         let p = seg.period.expect("a period");
         assert_eq!((p.start, p.period, p.count), (5, 1, 5));
         assert_eq!(seg.steps[0], (Phase::Prefill, 0..5));
@@ -712,16 +756,28 @@ mod tests {
         }
         s.push(0);
         let w = work(s.len());
-        let seg = segment(&s, &w, StepRule::Auto);
+        let seg = segment(&s, &[], &w, StepRule::Auto);
         let p = seg.period.expect("a period");
         assert_eq!((p.period, p.count, p.end()), (3, 4, 17));
         assert_eq!(seg.steps[1], (Phase::Decode, 5..8));
     }
 
     #[test]
+    fn a_first_token_submitted_differently_joins_by_its_work() {
+        // Tokens 5 5 5 5 as submitted, but the first token (4) submitted its work (w) in
+        // another split; the prompt (2) did other work (p).
+        let s = [1, 2, 4, 5, 5, 5, 5];
+        let w = [1, 20, 50, 50, 50, 50, 50];
+        let seg = segment(&s, &w, &work(s.len()), StepRule::Auto);
+        let p = seg.period.expect("a period");
+        assert_eq!((p.start, p.count, p.extended), (2, 5, 1));
+        assert!(seg.detail.contains("the first 1 of them"), "{}", seg.detail);
+    }
+
+    #[test]
     fn wait_rule_keeps_every_group() {
         let s = [1, 2, 3, 3, 3, 3];
-        let seg = segment(&s, &work(6), StepRule::Wait);
+        let seg = segment(&s, &[], &work(6), StepRule::Wait);
         assert_eq!(seg.steps.len(), 6);
         assert_eq!(seg.steps[1].0, Phase::Prefill);
         assert_eq!(seg.steps[2].0, Phase::Decode);
@@ -730,7 +786,7 @@ mod tests {
     #[test]
     fn no_pattern_falls_back_to_waits() {
         let s = [1, 2, 3, 4];
-        let seg = segment(&s, &work(4), StepRule::Auto);
+        let seg = segment(&s, &[], &work(4), StepRule::Auto);
         assert!(seg.period.is_none());
         assert_eq!(seg.steps.len(), 4);
         assert!(seg.detail.contains("no pattern"));

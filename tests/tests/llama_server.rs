@@ -1,0 +1,320 @@
+//! `profiler record` on a real foreign runtime: llama.cpp's `llama-server` (its Vulkan backend
+//! and its own Vulkan loader, from scripts/fetch-llama-server.sh) on lavapipe with SmolLM2,
+//! answering one `/completion` request of 16 tokens on a loopback port, stopped with SIGINT.
+//!
+//! The wheel's CPU backend needs AVX-512: on a CPU without `avx512f` the full test prints why
+//! it skips (`DECODESCOPE_REQUIRE_LLAMA=1` makes that a failure); `--list-devices`, which loads
+//! the layer through llama-server's loader without computing anything, runs everywhere.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use profiler::{Phase, Trace};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn built(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "decoder",
+                "-p",
+                "profiler",
+                "-p",
+                "decodescope-layer",
+            ])
+            .current_dir(root())
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "building the binaries and the layer failed"
+        );
+    });
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    dir.join(name)
+}
+
+fn required() -> bool {
+    std::env::var("DECODESCOPE_REQUIRE_LLAMA").is_ok_and(|v| v == "1")
+}
+
+/// Skips (prints why and returns `None`) or, with `DECODESCOPE_REQUIRE_LLAMA=1`, fails.
+fn skip<T>(why: &str) -> Option<T> {
+    assert!(!required(), "DECODESCOPE_REQUIRE_LLAMA=1 but {why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// The folder holding llama-server and its libraries (fetched once into the cache).
+fn llama_bin() -> Option<PathBuf> {
+    let o = Command::new("bash")
+        .arg(root().join("scripts/fetch-llama-server.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/fetch-llama-server.sh");
+    if !o.status.success() {
+        return skip("scripts/fetch-llama-server.sh could not fetch llama-server");
+    }
+    let text = String::from_utf8_lossy(&o.stdout);
+    let dir = PathBuf::from(text.lines().last().unwrap_or("").trim());
+    if !dir.join("llama-server").is_file() {
+        return skip(&format!("no llama-server in {}", dir.display()));
+    }
+    Some(dir)
+}
+
+fn llama(bin: &Path) -> Command {
+    let mut ld = bin.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        ld.push(":");
+        ld.push(old);
+    }
+    let mut c = Command::new(built("profiler"));
+    c.arg("record")
+        .env("LD_LIBRARY_PATH", ld)
+        // ggml hides CPU Vulkan devices such as lavapipe unless asked for them.
+        .env("GGML_VK_VISIBLE_DEVICES", "0")
+        .stdin(Stdio::null());
+    c
+}
+
+#[test]
+fn the_layer_loads_through_llama_servers_own_loader() {
+    let Some(bin) = llama_bin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("t.json");
+    let o = llama(&bin)
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(bin.join("llama-server"))
+        .arg("--list-devices")
+        .output()
+        .expect("run profiler record");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Vulkan0"));
+    // Listing devices creates an instance (the layer is loaded) but no device.
+    assert!(
+        err.contains("created a Vulkan instance but no device"),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!out.exists());
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns the status and the body.
+fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;
+    s.set_read_timeout(Some(Duration::from_secs(600)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_owned()))
+}
+
+/// Ends `profiler record` (and so the server) if the test fails half-way.
+struct Recording(Option<Child>);
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn cache() -> PathBuf {
+    if let Some(c) = std::env::var_os("DECODESCOPE_CACHE") {
+        return PathBuf::from(c);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("decodescope")
+}
+
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[test]
+fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    if !cpu.split_whitespace().any(|f| f == "avx512f") {
+        skip::<()>(
+            "this CPU has no AVX-512 (avx512f), and the llama-server wheel's CPU backend dies \
+             with SIGILL without it",
+        );
+        return;
+    }
+    let Some(bin) = llama_bin() else { return };
+    // SmolLM2's GGUF (kept by scripts/fetch-smollm2.sh, which also imports it for the decoder).
+    let fetch = Command::new("bash")
+        .arg(root().join("scripts/fetch-smollm2.sh"))
+        .arg(built("decoder"))
+        .stdout(Stdio::null())
+        .status()
+        .expect("run scripts/fetch-smollm2.sh");
+    assert!(fetch.success(), "scripts/fetch-smollm2.sh failed");
+    let gguf = cache().join("downloads/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(gguf.is_file(), "{} is missing", gguf.display());
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("llama.json");
+    let log = dir.path().join("server.log");
+    let port = free_port();
+    let log_file = std::fs::File::create(&log).expect("log file");
+    let child = llama(&bin)
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(bin.join("llama-server"))
+        .arg("-m")
+        .arg(&gguf)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-c", "512", "-np", "1", "-ngl", "999", "--no-webui"])
+        .stdout(log_file.try_clone().expect("log"))
+        .stderr(log_file)
+        .spawn()
+        .expect("start profiler record -- llama-server");
+    let mut rec = Recording(Some(child));
+    let started = Instant::now();
+    loop {
+        if let Some(c) = rec.0.as_mut()
+            && let Ok(Some(s)) = c.try_wait()
+        {
+            panic!(
+                "llama-server exited ({s}) before it was ready:\n{}",
+                tail(&log)
+            );
+        }
+        if let Ok((200, _)) = http(port, "GET", "/health", "") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "llama-server was not ready after 600 s:\n{}",
+            tail(&log)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let req = r#"{"prompt": "The capital of France is", "n_predict": 16, "ignore_eos": true,
+                 "temperature": 0.0, "top_k": 1, "cache_prompt": false, "stream": false}"#;
+    let (status, body) = http(port, "POST", "/completion", req).expect("/completion");
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON answer");
+    assert_eq!(answer["tokens_predicted"], 16, "{body}");
+
+    // Ctrl-C on profiler record: it passes SIGINT on, the server shuts down, the trace is
+    // written.
+    let mut child = rec.0.take().expect("child");
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let status = child.wait().expect("wait");
+    let t: Trace =
+        profiler::read_trace(&out).unwrap_or_else(|e| panic!("{e} ({status}):\n{}", tail(&log)));
+    let c = t.meta.capture.as_ref().expect("meta.capture");
+    assert!(c.exe.ends_with("llama-server"), "{}", c.exe);
+
+    // 16 tokens: the first comes from the prompt's step, each of the other 15 from one decode
+    // step.
+    let decode: Vec<_> = t
+        .tokens
+        .iter()
+        .filter(|r| r.phase == Phase::Decode)
+        .collect();
+    assert_eq!(decode.len(), 15, "{}", c.step_rule_detail);
+    // Every decode step does the same work; from the second on the counters are identical (the
+    // first may split the same work into other submits: see meta.capture.step_rule_detail).
+    let work = |k: &profiler::Counters| {
+        (
+            k.dispatches,
+            k.transfer_commands,
+            k.barrier_calls,
+            k.memory_barriers,
+            k.descriptor_writes,
+            k.pipeline_binds,
+            k.descriptor_set_binds,
+            k.push_constant_updates,
+            k.fence_waits,
+        )
+    };
+    for r in &decode[1..] {
+        assert_eq!(r.counters, decode[1].counters, "decode step {}", r.position);
+    }
+    assert_eq!(work(&decode[0].counters), work(&decode[1].counters));
+    assert!(decode[1].counters.dispatches > 0);
+
+    // stats and diff against the decoder's fused preset on smollm2 print their tables, and
+    // the viewer's logic opens both.
+    let fused = dir.path().join("fused.json");
+    let o = Command::new(built("decoder"))
+        .args(["capture", "--model", "smollm2", "--mode", "fused"])
+        .args(["--prompt", "The capital of France is", "--max-tokens", "4"])
+        .arg("--out")
+        .arg(&fused)
+        .output()
+        .expect("decoder capture");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stats = Command::new(built("profiler"))
+        .arg("stats")
+        .arg(&out)
+        .output()
+        .expect("stats");
+    assert!(stats.status.success());
+    assert!(String::from_utf8_lossy(&stats.stdout).contains("dispatches"));
+    let diff = Command::new(built("profiler"))
+        .arg("diff")
+        .arg(&fused)
+        .arg(&out)
+        .output()
+        .expect("diff");
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(diff.status.success(), "{text}");
+    assert!(text.contains("decode counters"), "{text}");
+    for p in [&fused, &out] {
+        let l = viewer::logic::load_trace(p).expect("the viewer loads it");
+        assert!(viewer::logic::layout_token(&l.trace, l.trace.tokens.len() - 1).is_some());
+    }
+}
