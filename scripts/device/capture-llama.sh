@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# llama.cpp's Vulkan llama-server under the capture layer on the lent GPU machine, beside the
+# decoder's two presets: per-decode-token counters of all three, and what each timestamp level of
+# the layer costs llama-server in tokens/s. Run from the repository root there (it has no Rust
+# toolchain: build the release binaries here first, README "On a GPU"):
+#
+#   scripts/device/capture-llama.sh OUT_DIR
+#
+# Expects .device-bin/profiler, .device-bin/libdecodescope_layer.so and .device-bin/decoder
+# (override with PROFILER, LAYER, DECODER) and llama-server unpacked at $LLAMA_SERVER (default
+# /tmp/llama: the folder holding llama-server and its libraries). python3 drives the server.
+#
+# 1. `decoder export-gguf` writes $MODEL (default qwen3-0.6b, synthesized on first use) as GGUF.
+# 2. llama-server answers one /completion request: a prompt of $CONTEXT token ids (default 512),
+#    $N_PREDICT tokens (default 64), ignore_eos, temperature 0; once without the layer and once
+#    under `profiler record` at each of $LEVELS (default: off submit command-buffer dispatch).
+# 3. `decoder capture --mode both` at the same context and length.
+# 4. OUT_DIR/capture-llama.md and .json: submits, barriers, descriptor writes and dispatches per
+#    decode token (median over decode steps, the first 2 skipped) of llama.cpp and both presets,
+#    the decode steps the layer found, and llama-server's tokens/s at each level against none.
+# Traces and logs stay in $WORK (default /tmp/capture-llama), out of OUT_DIR.
+#
+# On lavapipe (a check of the script, not a measurement): GGML_VK_VISIBLE_DEVICES=0 MODEL=tiny
+# CONTEXT=32 N_PREDICT=8 PROFILER=... LAYER=... DECODER=... LLAMA_SERVER=... scripts/device/...
+set -euo pipefail
+out=${1:?usage: $0 OUT_DIR}
+bin=.device-bin
+profiler=${PROFILER:-$bin/profiler}
+layer=${LAYER:-$bin/libdecodescope_layer.so}
+decoder=${DECODER:-$bin/decoder}
+llama=${LLAMA_SERVER:-/tmp/llama}
+model=${MODEL:-qwen3-0.6b}
+context=${CONTEXT:-512}
+n_predict=${N_PREDICT:-64}
+levels=${LEVELS:-off submit command-buffer dispatch}
+work=${WORK:-/tmp/capture-llama}
+
+for f in "$profiler" "$layer" "$decoder" "$llama/llama-server"; do
+  if [[ ! -e $f ]]; then
+    echo "capture-llama: $f is missing (see the header of $0)" >&2
+    exit 2
+  fi
+done
+command -v python3 >/dev/null || { echo "capture-llama: python3 is needed" >&2; exit 2; }
+mkdir -p "$out" "$work"
+profiler=$(realpath "$profiler")
+layer=$(realpath "$layer")
+decoder=$(realpath "$decoder")
+llama=$(realpath "$llama")
+export LD_LIBRARY_PATH="$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+"$decoder" devices
+gguf=$work/$model.gguf
+[[ -f $gguf ]] || "$decoder" export-gguf "$model" --out "$gguf"
+
+# One llama-server run: $1 = none or a timestamp level.
+serve() {
+  local level=$1 port log pid
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  log=$work/llama-$level.log
+  local server=("$llama/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port"
+    -c $((context + n_predict + 64)) -np 1 -ngl 999 -fa on --no-webui)
+  if [[ $level == none ]]; then
+    "${server[@]}" >"$log" 2>&1 &
+  else
+    "$profiler" record --layer "$layer" --timestamps "$level" --out "$work/llama-$level.json" \
+      -- "${server[@]}" >"$log" 2>&1 &
+  fi
+  pid=$!
+  if ! python3 - "$port" "$context" "$n_predict" "$work/llama-$level.timings.json" "$pid" <<'PY'
+import json, os, sys, time, urllib.request
+port, context, n_predict, dest, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+base = f"http://127.0.0.1:{port}"
+deadline = time.time() + 900
+while True:
+    try:
+        with urllib.request.urlopen(base + "/health", timeout=5) as r:
+            if r.status == 200:
+                break
+    except Exception:
+        pass
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit(f"llama-server exited before it was ready (see its log)")
+    if time.time() > deadline:
+        sys.exit("llama-server was not ready after 900 s")
+    time.sleep(0.5)
+# Ids below 3000 exist in every vocabulary (the synthetic tiny one has 4096).
+prompt = [(i * 7919) % 2900 + 100 for i in range(context)]
+body = json.dumps({"prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
+                   "temperature": 0.0, "top_k": 1, "cache_prompt": False, "return_tokens": True,
+                   "stream": False}).encode()
+req = urllib.request.Request(base + "/completion", body, {"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=3600) as r:
+    answer = json.load(r)
+json.dump({"timings": answer["timings"], "tokens_predicted": answer.get("tokens_predicted")},
+          open(dest, "w"))
+print(f"llama-server: {answer['timings']['predicted_per_second']:.2f} tokens/s")
+PY
+  then
+    kill -INT "$pid" 2>/dev/null || true
+    wait "$pid" || true
+    echo "capture-llama: the run at level $level failed; the end of $log:" >&2
+    tail -n 20 "$log" >&2
+    exit 1
+  fi
+  kill -INT "$pid"
+  wait "$pid" || true
+  tail -n 2 "$log"
+}
+
+serve none
+for level in $levels; do
+  serve "$level"
+done
+"$decoder" capture --model "$model" --mode both --context "$context" \
+  --max-tokens "$n_predict" --out "$work/decoder"
+
+python3 - "$work" "$out" "$levels" "$model" "$context" "$n_predict" <<'PY'
+import json, os, statistics, sys
+work, out, levels, model, context, n_predict = sys.argv[1:7]
+levels = levels.split()
+
+def summary(path, skip=2):
+    t = json.load(open(path))
+    dec = [r for r in t["tokens"] if r["phase"] == "decode"]
+    use = dec[min(skip, len(dec) // 2):]
+    med = lambda f: statistics.median(f(r) for r in use) if use else 0
+    c = lambda k: (lambda r: r["counters"].get(k, 0))
+    cap = t["meta"].get("capture") or {}
+    return {
+        "decode_steps": len(dec),
+        "submits": med(lambda r: r["counters"].get("submits_compute", 0) + r["counters"].get("submits_transfer", 0)),
+        "barriers": med(c("barrier_calls")),
+        "descriptor_writes": med(c("descriptor_writes")),
+        "dispatches": med(c("dispatches")),
+        "wall_us": med(lambda r: r["wall_ns"] / 1e3),
+        "step_rule": cap.get("step_rule_detail", ""),
+        "device": t["meta"]["device"]["name"],
+    }
+
+rows = {}
+first = next((l for l in levels if os.path.exists(f"{work}/llama-{l}.json")), None)
+if first:
+    rows["llama.cpp"] = summary(f"{work}/llama-{first}.json")
+rows["decoder generic"] = summary(f"{work}/decoder/generic.json")
+rows["decoder fused"] = summary(f"{work}/decoder/fused.json")
+speed = {}
+for l in ["none"] + levels:
+    p = f"{work}/llama-{l}.timings.json"
+    if os.path.exists(p):
+        speed[l] = json.load(open(p))["timings"]["predicted_per_second"]
+steps = {l: summary(f"{work}/llama-{l}.json")["decode_steps"] for l in levels
+         if os.path.exists(f"{work}/llama-{l}.json")}
+device = rows["decoder fused"]["device"]
+md = [f"# llama.cpp under the capture layer: {model}, context {context}, {n_predict} tokens, {device}", "",
+      "Per decode token (median over decode steps, the first 2 skipped):", "",
+      "| runtime | decode steps | submits | barriers | descriptor writes | dispatches | wall us/token |",
+      "|---|---|---|---|---|---|---|"]
+for name, r in rows.items():
+    md.append(f"| {name} | {r['decode_steps']} | {r['submits']:g} | {r['barriers']:g} | "
+              f"{r['descriptor_writes']:g} | {r['dispatches']:g} | {r['wall_us']:.0f} |")
+md += ["", "llama-server tokens/s (its own timings) at each layer timestamp level:", "",
+       "| layer | tokens/s | vs no layer | decode steps found |", "|---|---|---|---|"]
+base = speed.get("none")
+for l, v in speed.items():
+    rel = f"{(v / base - 1) * 100:+.1f}%" if base else "-"
+    md.append(f"| {l} | {v:.2f} | {rel} | {steps.get(l, '-')} |")
+if first:
+    md += ["", f"Step rule ({first}): {rows['llama.cpp']['step_rule']}"]
+open(f"{out}/capture-llama.md", "w").write("\n".join(md) + "\n")
+json.dump({"model": model, "context": int(context), "n_predict": int(n_predict),
+           "per_token": rows, "llama_tokens_per_s": speed, "llama_decode_steps": steps},
+          open(f"{out}/capture-llama.json", "w"), indent=1)
+print("\n".join(md))
+PY
