@@ -592,9 +592,7 @@ unsafe extern "system" fn get_instance_proc_addr(
     if instance == vk::Instance::null() {
         return None;
     }
-    let Some(inst) = instance_of(instance) else {
-        return None;
-    };
+    let inst = instance_of(instance)?;
     let next = (inst.next_gipa)(instance, name);
     match (next, intercept(n)) {
         (Some(_), Some(ours)) => Some(ours),
@@ -609,9 +607,7 @@ unsafe extern "system" fn get_device_proc_addr(
     if name.is_null() || device == vk::Device::null() {
         return None;
     }
-    let Some(d) = dev(device) else {
-        return None;
-    };
+    let d = dev(device)?;
     let next = (d.next_gdpa)(device, name);
     match (next, intercept(CStr::from_ptr(name).to_bytes())) {
         (Some(_), Some(ours)) => Some(ours),
@@ -891,7 +887,7 @@ unsafe extern "system" fn create_device(
             let mut ts = [0u64; 2];
             let mut dev_ns = 0u64;
             (f(device, 2, infos.as_ptr(), ts.as_mut_ptr(), &mut dev_ns) == vk::Result::SUCCESS)
-                .then(|| (ts, dev_ns, method))
+                .then_some((ts, dev_ns, method))
         });
         match sample {
             Some((ts, max_dev, method)) => ClockMeta {
