@@ -350,10 +350,13 @@ pub enum CaptureError {
          Vulkan loader, so there is nothing to trace (profiler record traces Vulkan programs)"
     )]
     NoVulkan { program: String },
+    #[error("{program} created a Vulkan instance but no device, so there is nothing to trace")]
+    NoDevice { program: String },
     #[error(
-        "{program} created a Vulkan instance but no device{listed}, so there is nothing to trace"
+        "{program} created a Vulkan device ({device}) but never waited for work on it (no fence, \
+         queue or device wait), so there are no steps to trace"
     )]
-    NoDevice { program: String, listed: String },
+    NoWork { program: String, device: String },
     #[error(
         "the raw capture {file} was written by capture layer format {found}, but this profiler \
          reads format {RAW_VERSION}; rebuild the layer and the profiler together"
@@ -461,7 +464,6 @@ pub fn build_trace(
     let Some((fi, dev, _)) = best else {
         return Err(CaptureError::NoDevice {
             program: run.program.clone(),
-            listed: String::new(),
         });
     };
     let raw = loaded[fi];
@@ -473,6 +475,12 @@ pub fn build_trace(
         .unwrap_or_default();
     let process = raw.process.clone().unwrap_or_default();
     let groups: Vec<&RawGroup> = raw.groups.iter().filter(|g| g.device == dev).collect();
+    if groups.is_empty() {
+        return Err(CaptureError::NoWork {
+            program: run.program.clone(),
+            device: device.info.name.clone(),
+        });
+    }
 
     // Ops of this device, renumbered densely in id order.
     let mut op_index: BTreeMap<u32, u32> = BTreeMap::new();
@@ -799,6 +807,129 @@ mod tests {
         let w = [true, true, true, true, false, false, false];
         let p = find_period(&s, &w, 3).expect("a period");
         assert_eq!((p.start, p.count), (1, 3));
+    }
+
+    fn group(index: u64, signature: u64, dispatches: u64, spans: Vec<RawGpuSpan>) -> RawGroup {
+        let start = 1_000 + index * 100;
+        RawGroup {
+            device: 0,
+            index,
+            wait: "fence".into(),
+            start_ns: start,
+            end_ns: start + 100,
+            signature,
+            work_signature: signature,
+            counters: Counters {
+                submits_compute: 1,
+                dispatches,
+                fence_waits: 1,
+                ..Counters::default()
+            },
+            host_spans: vec![HostSpan("wait".into(), start + 60, 40, 1)],
+            gpu_spans: spans,
+            dropped_timestamps: 0,
+        }
+    }
+
+    fn raw(groups: Vec<RawGroup>) -> RawCapture {
+        RawCapture {
+            file: "layer.1.jsonl".into(),
+            process: Some(RawProcess {
+                raw_version: RAW_VERSION,
+                pid: 1,
+                exe: "/bin/prog".into(),
+                timestamps: "dispatch".into(),
+                layer_version: "0.1.0".into(),
+            }),
+            devices: vec![RawDevice {
+                device: 0,
+                info: DeviceMeta {
+                    name: "gpu".into(),
+                    ..DeviceMeta::default()
+                },
+                clock: ClockMeta {
+                    calibrated: false,
+                    method: "fence-fallback".into(),
+                    max_deviation_ns: None,
+                    gpu_minus_host_ns: 0,
+                },
+                timestamps: "dispatch".into(),
+            }],
+            ops: vec![RawOp {
+                device: 0,
+                id: 7,
+                label: "matvec".into(),
+                kind: "dispatch".into(),
+            }],
+            groups,
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn raw_groups_become_a_trace() {
+        // A prompt group, then 3 tokens, each with one 10 ns GPU span read at its own wait;
+        // without a calibration the fence fallback puts the span's end at the wait's return.
+        let mut gs = vec![group(0, 1, 9, vec![])];
+        for i in 1..4 {
+            gs.push(group(i, 2, 3, vec![RawGpuSpan(i, 0, 7, 0, 50_000, 50_010)]));
+        }
+        let run = ProgramRun {
+            program: "prog".into(),
+            exit_code: Some(0),
+            ..ProgramRun::default()
+        };
+        let t = build_trace(&[raw(gs)], &run, StepRule::Auto).expect("a trace");
+        assert_eq!(t.tokens.len(), 4);
+        assert_eq!(t.tokens[0].phase, Phase::Prefill);
+        assert_eq!(t.meta.run.decode_tokens, 3);
+        assert_eq!(t.meta.knobs.mode, UNKNOWN);
+        assert_eq!(t.ops[0].label, "matvec");
+        let c = t.meta.capture.as_ref().expect("capture");
+        assert!(c.complete);
+        assert_eq!(c.period_waits, 1);
+        let d = &t.tokens[2];
+        assert_eq!(d.counters.dispatches, 3);
+        assert_eq!((d.host_wait_ns, d.host_enqueue_ns), (40, 60));
+        assert_eq!(d.gpu_spans.len(), 1);
+        let g = d.gpu_spans[0];
+        // Relative to the epoch (the first group's start, 1000): the step ends at 1300 - 1000.
+        assert_eq!(
+            (g.op(), g.dur_ns(), g.start_ns() + g.dur_ns()),
+            (0, 10, 300)
+        );
+        assert_eq!(d.gpu_busy_ns, Some(10));
+    }
+
+    #[test]
+    fn programs_without_vulkan_work_are_errors_and_failures_are_notes() {
+        let run = ProgramRun {
+            program: "prog".into(),
+            exit_code: Some(3),
+            ..ProgramRun::default()
+        };
+        let none = RawCapture::default();
+        assert!(matches!(
+            build_trace(&[none], &run, StepRule::Auto),
+            Err(CaptureError::NoVulkan { .. })
+        ));
+        let mut no_device = raw(vec![]);
+        no_device.devices.clear();
+        assert!(matches!(
+            build_trace(&[no_device], &run, StepRule::Auto),
+            Err(CaptureError::NoDevice { .. })
+        ));
+        assert!(matches!(
+            build_trace(&[raw(vec![])], &run, StepRule::Auto),
+            Err(CaptureError::NoWork { .. })
+        ));
+        let mut cut = raw(vec![group(0, 1, 1, vec![])]);
+        cut.truncated = true;
+        let t = build_trace(&[cut], &run, StepRule::Auto).expect("a trace");
+        let c = t.meta.capture.expect("capture");
+        assert!(!c.complete);
+        assert_eq!(c.exit_code, Some(3));
+        assert_eq!(c.notes.len(), 2, "{:?}", c.notes);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! Ctrl-C reaches the program (it shares the terminal's process group) and `profiler record`
 //! outlives it: once the program has exited, the trace is written (atomically) and says that the
 //! program was stopped. A SIGINT or SIGTERM sent to `profiler record` alone is passed on to the
-//! program after a second's grace.
+//! program as SIGINT after a second's grace (time for it to arrive from the terminal as well).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
