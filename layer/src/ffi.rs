@@ -278,11 +278,17 @@ next_table! {
 
 /// Queries in the layer's pool: two per timestamp pair.
 const QUERY_SLOTS: u32 = 16_384;
+/// At the dispatch level a command buffer takes slots in blocks of this many pairs, with one
+/// query reset per block rather than one per dispatch.
+const BLOCK_SLOTS: u32 = 32;
 
 /// The layer's own timestamp resources on one device.
 struct Timer {
     pool: vk::QueryPool,
+    /// Free slots; at the dispatch level, the first slots of free blocks.
     free: Vec<u32>,
+    /// Dispatch level: the block each command buffer is filling (first slot, slots used).
+    blocks: HashMap<u64, (u32, u32)>,
     /// Per queue family: the layer's command pool, and per slot the start and end command
     /// buffers of a submit-level pair (recorded once, reused whenever the slot is).
     cmd_pools: HashMap<u32, vk::CommandPool>,
@@ -376,8 +382,46 @@ impl DeviceData {
     }
 
     fn free_slots(g: &mut Inner, slots: Vec<u32>) {
+        let blocks = g.state.level == Level::Dispatch;
         if let Some(t) = g.timer.as_mut() {
-            t.free.extend(slots);
+            if blocks {
+                // The blocks the slots came from (each once; a block is never half-free).
+                let mut firsts: Vec<u32> = slots.iter().map(|s| s - s % BLOCK_SLOTS).collect();
+                firsts.sort_unstable();
+                firsts.dedup();
+                t.free.extend(firsts);
+            } else {
+                t.free.extend(slots);
+            }
+        }
+    }
+
+    /// A dispatch-level slot for `cb` from its current block, or the first of a new block (whose
+    /// queries are reset in `cb` first).
+    unsafe fn take_block_slot(&self, g: &mut Inner, cb: vk::CommandBuffer) -> Option<u32> {
+        let k = cb.as_raw();
+        let t = g.timer.as_mut()?;
+        if let Some((first, used)) = t.blocks.get_mut(&k)
+            && *used < BLOCK_SLOTS
+        {
+            *used += 1;
+            return Some(*first + *used - 1);
+        }
+        let Some(first) = t.free.pop() else {
+            g.state.dropped(1);
+            return None;
+        };
+        t.blocks.insert(k, (first, 1));
+        if let Some(reset) = self.next.cmd_reset_query_pool {
+            reset(cb, t.pool, first * 2, BLOCK_SLOTS * 2);
+        }
+        Some(first)
+    }
+
+    /// Forgets the block `cb` was filling (its slots come back through its stamps).
+    fn end_block(g: &mut Inner, cb: u64) {
+        if let Some(t) = g.timer.as_mut() {
+            t.blocks.remove(&cb);
         }
     }
 
@@ -389,14 +433,17 @@ impl DeviceData {
         slot
     }
 
-    /// Records a query reset and the start timestamp of `slot` into `cb`.
-    unsafe fn stamp_start(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32) {
-        if let (Some(t), Some(reset), Some(ts)) = (
+    /// Records a query reset (unless the slot's block was reset already) and the start
+    /// timestamp of `slot` into `cb`.
+    unsafe fn stamp_start(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32, reset: bool) {
+        if let (Some(t), Some(r), Some(ts)) = (
             g.timer.as_ref(),
             self.next.cmd_reset_query_pool,
             self.next.cmd_write_timestamp,
         ) {
-            reset(cb, t.pool, slot * 2, 2);
+            if reset {
+                r(cb, t.pool, slot * 2, 2);
+            }
             ts(cb, vk::PipelineStageFlags::TOP_OF_PIPE, t.pool, slot * 2);
         }
     }
@@ -461,7 +508,7 @@ impl DeviceData {
         if b(cbs[0], &begin) != ok {
             return None;
         }
-        self.stamp_start(g, cbs[0], slot);
+        self.stamp_start(g, cbs[0], slot, true);
         if e(cbs[0]) != ok || b(cbs[1], &begin) != ok {
             return None;
         }
@@ -847,9 +894,15 @@ unsafe extern "system" fn create_device(
         if let Some(f) = next.create_query_pool
             && f(device, &qi, std::ptr::null(), &mut pool) == vk::Result::SUCCESS
         {
+            let step = if level == Level::Dispatch {
+                BLOCK_SLOTS
+            } else {
+                1
+            };
             timer = Some(Timer {
                 pool,
-                free: (0..QUERY_SLOTS).rev().collect(),
+                free: (0..QUERY_SLOTS).step_by(step as usize).rev().collect(),
+                blocks: HashMap::new(),
                 cmd_pools: HashMap::new(),
                 wrappers: HashMap::new(),
             });
@@ -1277,6 +1330,9 @@ unsafe extern "system" fn destroy_command_pool(
     };
     {
         let mut g = d.lock();
+        for c in g.state.cmds_of_pool(pool.as_raw()) {
+            DeviceData::end_block(&mut g, c);
+        }
         let slots = g.state.destroy_pool(pool.as_raw());
         DeviceData::free_slots(&mut g, slots);
     }
@@ -1297,6 +1353,7 @@ unsafe extern "system" fn reset_command_pool(
     {
         let mut g = d.lock();
         for c in g.state.cmds_of_pool(pool.as_raw()) {
+            DeviceData::end_block(&mut g, c);
             let slots = g.state.reset_cmd(c);
             DeviceData::free_slots(&mut g, slots);
         }
@@ -1343,6 +1400,7 @@ unsafe extern "system" fn free_command_buffers(
     {
         let mut g = d.lock();
         for cb in slice(cbs, count) {
+            DeviceData::end_block(&mut g, cb.as_raw());
             let slots = g.state.free_cmd(cb.as_raw());
             DeviceData::free_slots(&mut g, slots);
         }
@@ -1365,13 +1423,14 @@ unsafe extern "system" fn begin_command_buffer(
     if r == vk::Result::SUCCESS {
         let k = cb.as_raw();
         let mut g = d.lock();
+        DeviceData::end_block(&mut g, k);
         let old = g.state.begin_cmd(k, t0);
         DeviceData::free_slots(&mut g, old);
         if g.state.level == Level::CommandBuffer
             && g.state.can_time(k)
             && let Some(slot) = DeviceData::take_slot(&mut g)
         {
-            d.stamp_start(&g, cb, slot);
+            d.stamp_start(&g, cb, slot, true);
             let op = g.state.op("command buffer", "region");
             g.state.add_stamp(k, Stamp { slot, op });
         }
@@ -1394,6 +1453,7 @@ unsafe extern "system" fn end_command_buffer(cb: vk::CommandBuffer) -> vk::Resul
         {
             d.stamp_end(&g, cb, slot);
         }
+        DeviceData::end_block(&mut g, k);
         g.state.end_cmd(k, now_ns());
     }
     f(cb)
@@ -1411,6 +1471,7 @@ unsafe extern "system" fn reset_command_buffer(
     };
     {
         let mut g = d.lock();
+        DeviceData::end_block(&mut g, cb.as_raw());
         let slots = g.state.reset_cmd(cb.as_raw());
         DeviceData::free_slots(&mut g, slots);
     }
@@ -1433,7 +1494,7 @@ unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&Next)) {
     let mut g = d.lock();
     g.state.record(k, Cmd::Dispatch);
     let slot = if g.state.level == Level::Dispatch && g.state.can_time(k) {
-        DeviceData::take_slot(&mut g)
+        d.take_block_slot(&mut g, cb)
     } else {
         None
     };
@@ -1441,7 +1502,7 @@ unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&Next)) {
         let label = g.state.dispatch_label(k);
         let op = g.state.op(&label, "dispatch");
         g.state.add_stamp(k, Stamp { slot, op });
-        d.stamp_start(&g, cb, slot);
+        d.stamp_start(&g, cb, slot, false);
     }
     call(&d.next);
     if let Some(slot) = slot {
