@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# What the capture layer costs: the decoder's own per-token wall time (median over decode steps,
-# from the trace `decoder capture` writes itself) without the layer and under `profiler record`
-# at each timestamp level, for both presets. Prints a markdown table (README "Profile your own
-# runtime" quotes it).
+# What the capture layer costs: the decoder's own per-token wall time and host enqueue time
+# (recording, binding and submitting; medians over decode steps, from the trace `decoder capture`
+# writes itself) without the layer and under `profiler record` at each timestamp level, for both
+# presets. Prints a markdown table (README "Profile your own runtime" quotes it).
 #
-#   scripts/layer-overhead.sh [MODEL] [TOKENS] [REPEATS]     # defaults: smollm2 16 3
+#   scripts/layer-overhead.sh [MODEL] [TOKENS] [REPEATS]     # defaults: smollm2 16 5
 #
 # Uses $PROFILER and $DECODER (default: the debug builds in $CARGO_TARGET_DIR) and the layer
 # beside the profiler. The decoder runs with its own timestamps off, so every GPU timestamp in
@@ -19,23 +19,31 @@ PROFILER=${profiler:-$PROFILER}
 DECODER=${decoder:-$DECODER}
 model=${1:-smollm2}
 tokens=${2:-16}
-repeats=${3:-3}
+repeats=${3:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-median_wall_us() {
+# "WALL_US ENQUEUE_US" of a trace's decode steps (the first 2 skipped).
+medians() {
   python3 - "$1" <<'PY'
 import json, statistics, sys
 t = json.load(open(sys.argv[1]))
-d = [r["wall_ns"] / 1e3 for r in t["tokens"] if r["phase"] == "decode"][2:]
-print(statistics.median(d))
+d = [r for r in t["tokens"] if r["phase"] == "decode"][2:]
+print(statistics.median(r["wall_ns"] / 1e3 for r in d),
+      statistics.median(r["host_enqueue_ns"] / 1e3 for r in d))
 PY
 }
 
-echo "| preset | layer | wall us / token | vs no layer |"
-echo "|---|---|---|---|"
+# The median of the numbers on stdin.
+median() {
+  sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+
+echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer |"
+echo "|---|---|---|---|---|---|"
 for mode in fused generic; do
   base=
+  base_enqueue=
   for level in none off submit command-buffer dispatch; do
     runs=()
     for _ in $(seq "$repeats"); do
@@ -47,11 +55,14 @@ for mode in fused generic; do
         "$PROFILER" record --timestamps "$level" --out "$work/layer.json" -- \
           "$DECODER" "${args[@]}" >/dev/null 2>&1
       fi
-      runs+=("$(median_wall_us "$work/own.json")")
+      runs+=("$(medians "$work/own.json")")
     done
-    us=$(printf '%s\n' "${runs[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    us=$(printf '%s\n' "${runs[@]}" | cut -d' ' -f1 | median)
+    enqueue=$(printf '%s\n' "${runs[@]}" | cut -d' ' -f2 | median)
     base=${base:-$us}
+    base_enqueue=${base_enqueue:-$enqueue}
     rel=$(awk -v a="$us" -v b="$base" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
-    printf '| %s | %s | %.0f | %s |\n' "$mode" "$level" "$us" "$rel"
+    rel_enqueue=$(awk -v a="$enqueue" -v b="$base_enqueue" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
+    printf '| %s | %s | %.0f | %s | %.0f | %s |\n' "$mode" "$level" "$us" "$rel" "$enqueue" "$rel_enqueue"
   done
 done

@@ -17,7 +17,10 @@ Exit codes:
   0  success; with --gates, every gate passed (warnings allowed)
   1  a gate with severity \"fail\" failed
   2  unreadable input (trace or gate file), a bad command line, or, with --strict, captures
-     that are not comparable";
+     that are not comparable
+  record passes on the program's exit status (128 + N when signal N ended it); it exits 2 when
+  it cannot run the program (none given, no layer library) or when a program that exited 0
+  left no trace (it used no Vulkan device)";
 
 #[derive(Parser)]
 #[command(
