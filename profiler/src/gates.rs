@@ -46,7 +46,7 @@ pub enum GateError {
     #[error("cannot read gate file {path}: {err}")]
     Read {
         path: String,
-        #[source]
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
         err: std::io::Error,
     },
     #[error("gate file {path} is not valid: {message}")]

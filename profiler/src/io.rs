@@ -24,7 +24,7 @@ pub enum TraceError {
     #[error("cannot read trace {source_name}: {err}")]
     Read {
         source_name: String,
-        #[source]
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
         err: std::io::Error,
     },
     #[error(
@@ -33,7 +33,7 @@ pub enum TraceError {
     )]
     Write {
         path: PathBuf,
-        #[source]
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
         err: std::io::Error,
     },
     #[error("{source_name} is not a decodescope trace: {reason}")]

@@ -225,7 +225,7 @@ fn assert_refused(out: &std::process::Output, path: &str, what: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains(path) && err.contains(what), "{err}");
-    assert!(err.contains("not a regular file"), "{err}");
+    assert_eq!(err.matches("not a regular file").count(), 1, "{err}");
 }
 
 #[cfg(unix)]
