@@ -112,14 +112,17 @@ impl fmt::Display for Speedup {
         let Some(factor) = self.factor() else {
             return f.write_str("-");
         };
-        let text = match (self.better, factor) {
-            (_, x) if x == 1.0 => "same".to_owned(),
-            (Better::Lower, x) if x.is_infinite() => "eliminated".to_owned(),
-            (Better::Lower, x) if x == 0.0 => "new".to_owned(),
-            (Better::Higher, x) if x.is_infinite() => "from 0".to_owned(),
-            (Better::Higher, x) if x == 0.0 => "to 0".to_owned(),
-            (_, x) if x > 1.0 => format!("{} better", fmt_factor(x)),
-            (_, x) => format!("{} worse", fmt_factor(1.0 / x)),
+        let lower = self.better == Better::Lower;
+        let text = if factor == 1.0 {
+            "same".to_owned()
+        } else if factor.is_infinite() {
+            (if lower { "eliminated" } else { "from 0" }).to_owned()
+        } else if factor == 0.0 {
+            (if lower { "new" } else { "to 0" }).to_owned()
+        } else if factor > 1.0 {
+            format!("{} better", fmt_factor(factor))
+        } else {
+            format!("{} worse", fmt_factor(1.0 / factor))
         };
         f.pad(&text)
     }
