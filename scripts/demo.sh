@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job: set up, build, list the Vulkan devices, then capture the default model in both
+# The main job: set up, build, list the Vulkan devices, then capture a real model in both
 # execution modes and print the A/B table of per-decode-token medians and the generated text.
-#   scripts/demo.sh [extra flags for `decoder capture`, e.g. --model smollm2 --max-tokens 64]
+# The model is SmolLM2-135M-Instruct, fetched once by scripts/fetch-smollm2.sh and asked a
+# question in its chat template; when it cannot be fetched, one line says why and the demo
+# captures the synthetic `tiny` model instead (scripts/demo-model.sh decides).
+#   scripts/demo.sh [extra flags for `decoder capture`, e.g. --max-tokens 64, --model tiny]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -10,7 +13,9 @@ echo "building (the first build compiles shaderc from source: about 10 minutes o
 cargo build -p decoder -p profiler --quiet
 "$DECODER" devices
 out=results/demo
-"$DECODER" capture --mode both --timestamps dispatch --out "$out" "$@"
+mkdir -p "$out"
+mapfile -t model_args < <(DEMO_FETCH_LOG="$out/fetch-smollm2.log" ./scripts/demo-model.sh "$DECODER" "$@")
+"$DECODER" capture --mode both --timestamps dispatch --out "$out" "${model_args[@]}" "$@"
 echo
 echo "traces: $out/generic.json $out/fused.json"
 echo "compare: $PROFILER diff $out/generic.json $out/fused.json"

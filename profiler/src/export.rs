@@ -94,7 +94,7 @@ pub enum ExportError {
     )]
     Write {
         path: String,
-        #[source]
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
         err: std::io::Error,
     },
 }

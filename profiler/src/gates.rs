@@ -46,7 +46,7 @@ pub enum GateError {
     #[error("cannot read gate file {path}: {err}")]
     Read {
         path: String,
-        #[source]
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
         err: std::io::Error,
     },
     #[error("gate file {path} is not valid: {message}")]
@@ -333,9 +333,13 @@ pub fn parse_gates(text: &str, source: &str) -> Result<GateFile, GateError> {
 /// Reads and checks a gate file.
 pub fn load_gates(path: &Path) -> Result<GateFile, GateError> {
     let source = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|err| GateError::Read {
+    let bytes = crate::io::read_regular_file(path).map_err(|err| GateError::Read {
         path: source.clone(),
         err,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| GateError::Parse {
+        path: source.clone(),
+        message: "it is not UTF-8 text; a gate file is TOML".to_owned(),
     })?;
     parse_gates(&text, &source)
 }

@@ -24,7 +24,7 @@ pub enum TraceError {
     #[error("cannot read trace {source_name}: {err}")]
     Read {
         source_name: String,
-        #[source]
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
         err: std::io::Error,
     },
     #[error(
@@ -33,7 +33,7 @@ pub enum TraceError {
     )]
     Write {
         path: PathBuf,
-        #[source]
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
         err: std::io::Error,
     },
     #[error("{source_name} is not a decodescope trace: {reason}")]
@@ -72,10 +72,68 @@ pub enum TraceError {
 /// The name used for traces read from memory or a reader rather than a file.
 const UNNAMED: &str = "<input>";
 
+/// Reads the whole of the regular file at `path`, and no more than its size.
+///
+/// A FIFO, a character device (`/dev/zero`, a terminal) or a socket never ends (or, for a FIFO,
+/// blocks on open until a writer comes), so reading one "to the end" hangs or fills memory:
+/// anything that is not a regular file is refused, before it is opened, with an error of kind
+/// `InvalidInput` that says what it is. The opened handle is checked again (a path swapped after
+/// the first check is caught unless it became a FIFO), and the read is bounded by the size the
+/// handle reports: a file that grows meanwhile is read as it was.
+pub fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let not_regular = |t: &std::fs::FileType| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "it is {}, not a regular file; give the path of a file",
+                file_type_name(t)
+            ),
+        )
+    };
+    let before = std::fs::metadata(path)?;
+    if !before.is_file() {
+        return Err(not_regular(&before.file_type()));
+    }
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta.file_type()));
+    }
+    let len = meta.len();
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// What a file that is not a regular file is, as a phrase: `a directory`, `a FIFO`.
+fn file_type_name(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }
+}
+
 /// Reads and checks the trace at `path`.
 pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
     let source_name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|err| TraceError::Read {
+    let bytes = read_regular_file(path).map_err(|err| TraceError::Read {
         source_name: source_name.clone(),
         err,
     })?;
@@ -90,7 +148,7 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
 /// anything that shows host spans (the Chrome export, the viewer).
 pub fn read_trace_for_analysis(path: &Path) -> Result<Trace, TraceError> {
     let source_name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|err| TraceError::Read {
+    let bytes = read_regular_file(path).map_err(|err| TraceError::Read {
         source_name: source_name.clone(),
         err,
     })?;

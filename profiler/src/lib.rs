@@ -29,9 +29,11 @@ pub mod gates;
 pub mod io;
 pub mod report;
 mod rng;
+pub mod speedup;
 pub mod stats;
 pub mod synth;
 pub mod trace;
+pub mod units;
 
 pub use bootstrap::{MedianDiffCi, median_difference_ci};
 pub use diff::{
@@ -48,8 +50,10 @@ pub use io::{
     to_vec, to_writer, validate, write_trace,
 };
 pub use report::{
-    Format, fmt_bytes, fmt_pct, fmt_rel, fmt_signed, fmt_value, render_diff, render_stats,
+    Format, fmt_bytes, fmt_ci_us, fmt_metric, fmt_pct, fmt_rel, fmt_signed, fmt_value,
+    median_speedup, op_speedup, render_diff, render_stats, unit_cell,
 };
+pub use speedup::{Better, Speedup, Verdict, fmt_speedup};
 pub use stats::{
     CaptureInfo, DEFAULT_SKIP, MetricStats, OpRow, PhaseStats, Statistic, StatsOptions, Summary,
     TIME_METRICS, TraceStats, compute_stats, fold_label,
@@ -59,3 +63,4 @@ pub use trace::{
     ClockMeta, Counters, DeviceMeta, FORMAT_NAME, FORMAT_VERSION, GpuSpan, HOST_SPAN_NAMES,
     HostSpan, Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace,
 };
+pub use units::{TimeUnit, fmt_ns, fmt_signed_us, fmt_tick_ns, fmt_us};

@@ -7,8 +7,10 @@ use serde::Serialize;
 
 use crate::diff::{Change, Diff, OpDiff, PerToken, PhaseDiff};
 use crate::gates::{GateReport, Status};
+use crate::speedup::{Better, fmt_speedup};
 use crate::stats::{CaptureInfo, OpRow, PhaseStats, Statistic, TraceStats};
 use crate::trace::Phase;
+use crate::units::{fmt_signed_us, fmt_us};
 
 /// Output format of `stats` and `diff`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -243,14 +245,33 @@ fn phase_title(p: Phase) -> &'static str {
     }
 }
 
+/// The unit column of a metric (`count`, `bytes`); `time` for a time, whose cells carry their
+/// own unit.
+pub fn unit_cell(unit: &str) -> String {
+    if unit == "us" {
+        "time".to_owned()
+    } else {
+        unit.to_owned()
+    }
+}
+
+/// A value of a metric in `unit`: a time in the unit that suits it (`1.23 ms`), else a number.
+pub fn fmt_metric(v: f64, unit: &str) -> String {
+    if unit == "us" {
+        fmt_us(v)
+    } else {
+        fmt_value(v)
+    }
+}
+
 fn metric_table(p: &PhaseStats, format: Format, out: &mut String) {
     if p.steps == 1 {
         let mut t = Table::new(&[("metric", false), ("unit", false), ("value", true)]);
         for m in &p.metrics {
             t.row(vec![
                 m.name.clone(),
-                m.unit.clone(),
-                fmt_value(m.summary.median),
+                unit_cell(&m.unit),
+                fmt_metric(m.summary.median, &m.unit),
             ]);
         }
         t.render(format, out);
@@ -269,13 +290,13 @@ fn metric_table(p: &PhaseStats, format: Format, out: &mut String) {
     }
     let mut t = Table::new(&cols);
     for m in &p.metrics {
-        let mut row = vec![m.name.clone(), m.unit.clone()];
+        let mut row = vec![m.name.clone(), unit_cell(&m.unit)];
         for s in Statistic::ALL {
             let v = m.summary.get(s);
             row.push(if s == Statistic::Cv {
                 fmt_pct(v)
             } else {
-                fmt_value(v)
+                fmt_metric(v, &m.unit)
             });
         }
         t.row(row);
@@ -295,7 +316,7 @@ fn op_table(rows: &[OpRow], regions: bool, format: Format, out: &mut String) {
             },
             true,
         ),
-        ("GPU us/token (median)", true),
+        ("GPU time/token (median)", true),
         ("share of GPU time", true),
         ("bytes/token", true),
         ("GB/s", true),
@@ -306,7 +327,7 @@ fn op_table(rows: &[OpRow], regions: bool, format: Format, out: &mut String) {
             r.label.clone(),
             r.kind.clone(),
             fmt_value(r.dispatches_per_token),
-            fmt_value(r.gpu_us_median),
+            fmt_us(r.gpu_us_median),
             fmt_pct(r.gpu_share),
             if r.bytes_per_token > 0.0 {
                 fmt_bytes(r.bytes_per_token)
@@ -426,6 +447,7 @@ fn phase_diff_tables(p: &PhaseDiff, d: &Diff, format: Format, out: &mut String) 
         ("B", true),
         ("delta", true),
         ("delta %", true),
+        ("B vs A", true),
         ("change", false),
         ("per token", false),
     ]);
@@ -436,6 +458,7 @@ fn phase_diff_tables(p: &PhaseDiff, d: &Diff, format: Format, out: &mut String) 
             fmt_value(c.b.median),
             fmt_signed(c.delta),
             fmt_rel(c.rel),
+            median_speedup(c.a.n, c.a.median, c.b.n, c.b.median, &c.name),
             change_text(c.change, true).to_owned(),
             per_token_text(&c.per_token),
         ]);
@@ -447,7 +470,7 @@ fn phase_diff_tables(p: &PhaseDiff, d: &Diff, format: Format, out: &mut String) 
     heading(
         format,
         &format!(
-            "{name} timings (median us per step; {:.0}% bootstrap CI of B - A, {} resamples)",
+            "{name} timings (median per step; {:.0}% bootstrap CI of B - A, {} resamples)",
             d.confidence * 100.0,
             d.resamples
         ),
@@ -459,6 +482,7 @@ fn phase_diff_tables(p: &PhaseDiff, d: &Diff, format: Format, out: &mut String) 
         ("B", true),
         ("delta", true),
         ("delta %", true),
+        ("B vs A", true),
         ("CI", true),
         ("A p90", true),
         ("B p90", true),
@@ -467,19 +491,44 @@ fn phase_diff_tables(p: &PhaseDiff, d: &Diff, format: Format, out: &mut String) 
     for m in &p.timings {
         t.row(vec![
             m.name.clone(),
-            fmt_value(m.a.median),
-            fmt_value(m.b.median),
-            fmt_signed(m.delta),
+            fmt_us(m.a.median),
+            fmt_us(m.b.median),
+            fmt_signed_us(m.delta),
             fmt_rel(m.rel),
-            m.ci.map_or("-".to_owned(), |c| {
-                format!("[{}, {}]", fmt_signed(c.low), fmt_signed(c.high))
-            }),
-            fmt_value(m.a.p90),
-            fmt_value(m.b.p90),
+            median_speedup(m.a.n, m.a.median, m.b.n, m.b.median, &m.name),
+            fmt_ci_us(m.ci),
+            fmt_us(m.a.p90),
+            fmt_us(m.b.p90),
             change_text(m.change, false).to_owned(),
         ]);
     }
     t.render(format, out);
+}
+
+/// A bootstrap interval of a difference in µs: `[-274.3 µs, -259.7 µs]`, `-` without one.
+pub fn fmt_ci_us(ci: Option<crate::bootstrap::MedianDiffCi>) -> String {
+    ci.map_or("-".to_owned(), |c| {
+        format!("[{}, {}]", fmt_signed_us(c.low), fmt_signed_us(c.high))
+    })
+}
+
+/// The "B vs A" cell of a metric's medians (`-` when a side has no samples), oriented by the
+/// metric's direction.
+pub fn median_speedup(a_n: usize, a: f64, b_n: usize, b: f64, metric: &str) -> String {
+    fmt_speedup(
+        (a_n > 0).then_some(a),
+        (b_n > 0).then_some(b),
+        Better::of_metric(metric),
+    )
+}
+
+/// The "B vs A" cell of an op's median GPU time per token.
+pub fn op_speedup(o: &OpDiff) -> String {
+    fmt_speedup(
+        o.a.as_ref().map(|r| r.gpu_us_median),
+        o.b.as_ref().map(|r| r.gpu_us_median),
+        Better::Lower,
+    )
 }
 
 fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
@@ -488,9 +537,10 @@ fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
         ("kind", false),
         ("A n/token", true),
         ("B n/token", true),
-        ("A us/token", true),
-        ("B us/token", true),
+        ("A time/token", true),
+        ("B time/token", true),
         ("delta", true),
+        ("B vs A", true),
         ("CI", true),
         ("A GB/s", true),
         ("B GB/s", true),
@@ -500,7 +550,7 @@ fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
         |r: &Option<OpRow>, f: &dyn Fn(&OpRow) -> String| r.as_ref().map_or("-".to_owned(), f);
     for o in rows {
         let delta = match (&o.a, &o.b) {
-            (Some(a), Some(b)) => fmt_signed(b.gpu_us_median - a.gpu_us_median),
+            (Some(a), Some(b)) => fmt_signed_us(b.gpu_us_median - a.gpu_us_median),
             _ => "-".to_owned(),
         };
         let verdict = match (&o.a, &o.b) {
@@ -514,12 +564,11 @@ fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
             o.kind.clone(),
             opt(&o.a, &|r| fmt_value(r.dispatches_per_token)),
             opt(&o.b, &|r| fmt_value(r.dispatches_per_token)),
-            opt(&o.a, &|r| fmt_value(r.gpu_us_median)),
-            opt(&o.b, &|r| fmt_value(r.gpu_us_median)),
+            opt(&o.a, &|r| fmt_us(r.gpu_us_median)),
+            opt(&o.b, &|r| fmt_us(r.gpu_us_median)),
             delta,
-            o.ci.map_or("-".to_owned(), |c| {
-                format!("[{}, {}]", fmt_signed(c.low), fmt_signed(c.high))
-            }),
+            op_speedup(o),
+            fmt_ci_us(o.ci),
             opt(&o.a, &gbps),
             opt(&o.b, &gbps),
             verdict.to_owned(),
@@ -655,7 +704,7 @@ pub fn render_diff(d: &Diff, gates: Option<&GateReport>, format: Format) -> Stri
         heading(
             format,
             &format!(
-                "ops: decode, GPU us per token (median){}",
+                "ops: decode, GPU time per token (median){}",
                 if d.folded_labels {
                     ", numeric label parts folded into *"
                 } else {
@@ -669,7 +718,7 @@ pub fn render_diff(d: &Diff, gates: Option<&GateReport>, format: Format) -> Stri
     if !d.regions.is_empty() {
         heading(
             format,
-            "regions: decode, GPU us per token (median)",
+            "regions: decode, GPU time per token (median)",
             &mut out,
         );
         op_diff_table(&d.regions, format, &mut out);

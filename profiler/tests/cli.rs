@@ -194,3 +194,70 @@ fn export_writes_a_chrome_trace_and_synth_trace_round_trips() {
         text(&out)
     );
 }
+
+/// Runs the profiler on an input that a regression would read forever: the child is killed and
+/// the test fails if it has not exited after a generous minute (a guard, not a timing check).
+#[cfg(unix)]
+fn run_profiler_guarded(args: &[&str]) -> std::process::Output {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_profiler"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run profiler");
+    for _ in 0..600 {
+        if child.try_wait().expect("wait for profiler").is_some() {
+            return child.wait_with_output().expect("profiler output");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("profiler {args:?} did not finish: it is reading an input that never ends");
+}
+
+/// The one sentence of an error: a single line that names the path and says what it is.
+#[cfg(unix)]
+fn assert_refused(out: &std::process::Output, path: &str, what: &str) {
+    assert_eq!(out.status.code(), Some(2), "{}", text(out));
+    assert!(out.stdout.is_empty(), "{}", text(out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(path) && err.contains(what), "{err}");
+    assert_eq!(err.matches("not a regular file").count(), 1, "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn inputs_that_never_end_are_refused() {
+    // A character device that reads zeros forever.
+    let out = run_profiler_guarded(&["stats", "/dev/zero"]);
+    assert_refused(&out, "/dev/zero", "character device");
+    let out = run_profiler_guarded(&["export", "--format", "chrome", "/dev/zero", "/dev/null"]);
+    assert_refused(&out, "/dev/zero", "character device");
+
+    // A FIFO with no writer: opening it to read would block for ever.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("trace.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let fifo = fifo.to_str().expect("utf-8 path");
+    let out = run_profiler_guarded(&["stats", fifo]);
+    assert_refused(&out, fifo, "FIFO");
+    fixture_path("generic");
+    let generic = common::fixture_dir().join("generic.json");
+    let generic = generic.to_str().expect("utf-8 path");
+    let out = run_profiler_guarded(&["diff", generic, fifo]);
+    assert_refused(&out, fifo, "FIFO");
+    // A gate file is read the same way.
+    let out = run_profiler_guarded(&["diff", "--gates", "/dev/zero", generic, generic]);
+    assert_refused(&out, "/dev/zero", "character device");
+    // A directory is not a trace either.
+    let d = dir.path().to_str().expect("utf-8 path");
+    let out = run_profiler_guarded(&["stats", d]);
+    assert_refused(&out, d, "directory");
+}

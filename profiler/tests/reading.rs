@@ -242,3 +242,36 @@ fn analysis_reader_equals_full_reader_without_host_spans() {
     let err = profiler::read_trace_for_analysis(&p).expect_err("truncated");
     assert!(matches!(err, TraceError::Truncated { .. }), "{err:?}");
 }
+
+#[cfg(unix)]
+#[test]
+fn a_device_is_refused_before_it_is_read() {
+    for read in [read_trace, profiler::read_trace_for_analysis] {
+        let err = read(std::path::Path::new("/dev/zero")).expect_err("/dev/zero is no trace");
+        match &err {
+            TraceError::Read { source_name, err } => {
+                assert_eq!(source_name, "/dev/zero");
+                assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+            }
+            other => panic!("expected a read error, got {other:?}"),
+        }
+        assert_eq!(
+            err.to_string(),
+            "cannot read trace /dev/zero: it is a character device, not a regular file; give \
+             the path of a file"
+        );
+    }
+}
+
+#[test]
+fn a_regular_file_is_read_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = std::fs::read(common::fixture_path("generic")).expect("read fixture");
+    let p = write_tmp(&dir, "t.json", &bytes);
+    assert_eq!(
+        profiler::io::read_regular_file(&p).expect("read"),
+        bytes,
+        "the whole file"
+    );
+    assert_eq!(read_trace(&p).expect("trace"), common::fixture("generic"));
+}

@@ -8,6 +8,7 @@ use super::gpu::GpuArgs;
 use super::run::{ModelArgs, PromptArgs, load_model, prompt_ids};
 use crate::capture::{CaptureSpec, capture, summarize, table};
 use crate::exec::knobs::Mode;
+use crate::model::Tokenizer;
 
 /// Which preset(s) to capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -95,21 +96,80 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         write(&path, &trace)?;
         eprintln!("wrote {}", path.display());
         summaries.push((mode.name(), summarize(&trace)));
-        texts.push((mode.name(), generation.text));
+        texts.push((mode.name(), generation));
     }
     let cols: Vec<(&str, &crate::capture::Summary)> =
         summaries.iter().map(|(n, s)| (*n, s)).collect();
     println!("{}", table(&cols));
-    for (name, text) in &texts {
-        println!("{name}: {text:?}");
+    for (name, generation) in &texts {
+        println!(
+            "{name}: {}",
+            shown_text(&model.tokenizer, &generation.ids, &generation.text)
+        );
     }
-    if texts.len() == 2 && texts[0].1 != texts[1].1 {
+    if texts.len() == 2 && texts[0].1.ids != texts[1].1.ids {
         anyhow::bail!("the two modes generated different text; one of them is wrong");
     }
     Ok(())
 }
 
+/// The generated text as a reader wants it, quoted: up to the first end-of-sequence token, with
+/// a note of how many tokens the capture decoded past it (captures ignore EOS so that every
+/// capture has the asked length and the two presets time the same work).
+pub fn shown_text(tokenizer: &Tokenizer, ids: &[u32], text: &str) -> String {
+    let Some(eos) = ids.iter().position(|&id| tokenizer.is_eos(id)) else {
+        return format!("{text:?}");
+    };
+    let past = ids.len() - eos - 1;
+    match tokenizer.decode(&ids[..eos]) {
+        Ok(answer) if past > 0 => format!(
+            "{answer:?} (end of sequence after {eos} tokens; {past} more decoded past it for \
+             the timing)"
+        ),
+        Ok(answer) => format!("{answer:?} (end of sequence)"),
+        // The ids decoded once already; if they do not now, show what was generated.
+        Err(_) => format!("{text:?}"),
+    }
+}
+
 fn write(path: &Path, trace: &profiler::trace::Trace) -> anyhow::Result<()> {
     profiler::io::write_trace(path, trace)
         .with_context(|| format!("cannot write the trace {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr as _;
+
+    use super::*;
+    use crate::model::synth::byte_level_bpe_json;
+
+    /// A byte-level tokenizer (byte b is id b) with `<eos>` as its end-of-sequence token.
+    fn tokenizer() -> Tokenizer {
+        let json = byte_level_bpe_json(300, &["<eos>".to_owned()], None);
+        let inner = tokenizers::Tokenizer::from_str(&json.to_string()).expect("tokenizer.json");
+        let eos = inner.token_to_id("<eos>").expect("<eos> id");
+        Tokenizer::from_parts("test/tokenizer.json".into(), inner, vec![eos])
+    }
+
+    #[test]
+    fn the_shown_text_ends_at_the_end_of_sequence() {
+        let tok = tokenizer();
+        let eos = tok.eos_ids()[0];
+        let bytes = |s: &str| s.bytes().map(u32::from).collect::<Vec<u32>>();
+        let mut ids = bytes("Paris.");
+        ids.push(eos);
+        ids.extend(bytes("xy"));
+        assert_eq!(
+            shown_text(&tok, &ids, "unused"),
+            "\"Paris.\" (end of sequence after 6 tokens; 2 more decoded past it for the timing)"
+        );
+        ids.truncate(7);
+        assert_eq!(
+            shown_text(&tok, &ids, "unused"),
+            "\"Paris.\" (end of sequence)"
+        );
+        // Without an end-of-sequence token the text is shown as generated.
+        assert_eq!(shown_text(&tok, &bytes("abc"), "abc"), "\"abc\"");
+    }
 }

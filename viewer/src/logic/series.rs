@@ -1,6 +1,6 @@
 //! Per-token series of one trace: the six quantities the per-token plots show.
 
-use profiler::{TokenRecord, Trace};
+use profiler::{TimeUnit, TokenRecord, Trace};
 
 /// A quantity plotted per token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,15 +23,36 @@ impl Metric {
         Metric::DescriptorWrites,
     ];
 
-    /// The plot title.
-    pub fn title(self) -> &'static str {
+    /// The quantity's name, without a unit.
+    pub fn name(self) -> &'static str {
         match self {
-            Metric::HostEnqueueUs => "host enqueue (us)",
-            Metric::GpuUs => "GPU time (us)",
-            Metric::WallUs => "wall time (us)",
+            Metric::HostEnqueueUs => "host enqueue",
+            Metric::GpuUs => "GPU time",
+            Metric::WallUs => "wall time",
             Metric::Submits => "submits",
             Metric::Barriers => "barrier calls",
             Metric::DescriptorWrites => "descriptor writes",
+        }
+    }
+
+    /// Whether the values are times (in µs); the others are counts.
+    pub fn is_time(self) -> bool {
+        matches!(self, Metric::HostEnqueueUs | Metric::GpuUs | Metric::WallUs)
+    }
+
+    /// The unit of a plot's y axis whose top is `top_us`: for a time, the unit that suits that
+    /// range (`µs` up to 1 ms, then `ms`, then `s`), as the timeline's ruler does; `None` for a
+    /// count.
+    pub fn axis_unit(self, top_us: f64) -> Option<TimeUnit> {
+        self.is_time()
+            .then(|| TimeUnit::for_range_us([top_us]).max(TimeUnit::Us))
+    }
+
+    /// The plot title: the name, and the axis unit of a time (`wall time (ms)`).
+    pub fn title(self, unit: Option<TimeUnit>) -> String {
+        match unit {
+            Some(u) => format!("{} ({})", self.name(), u.name()),
+            None => self.name().to_owned(),
         }
     }
 
@@ -142,6 +163,28 @@ mod tests {
         assert_eq!(gpu_busy_ns(&t, &only_token), None);
         only_token.gpu_spans.push(GpuSpan(1, 0, 100, 0, 0));
         assert_eq!(gpu_busy_ns(&t, &only_token), Some(100));
+    }
+
+    #[test]
+    fn time_axes_take_the_unit_of_their_range() {
+        // Half a second of wall time per step reads in ms, not as 500000.
+        let unit = Metric::WallUs.axis_unit(500_000.0);
+        assert_eq!(unit, Some(TimeUnit::Ms));
+        assert_eq!(Metric::WallUs.title(unit), "wall time (ms)");
+        assert_eq!(
+            unit.map(|u| u.from_us(500_000.0)),
+            Some(500.0),
+            "values are plotted in the axis unit"
+        );
+        assert_eq!(Metric::GpuUs.axis_unit(850.0), Some(TimeUnit::Us));
+        assert_eq!(Metric::HostEnqueueUs.axis_unit(2.5e6), Some(TimeUnit::S));
+        // Sub-microsecond ranges and empty plots stay in µs.
+        assert_eq!(Metric::GpuUs.axis_unit(0.3), Some(TimeUnit::Us));
+        assert_eq!(Metric::GpuUs.axis_unit(0.0), Some(TimeUnit::Us));
+        assert_eq!(Metric::GpuUs.title(Some(TimeUnit::Us)), "GPU time (µs)");
+        // Counts have no unit.
+        assert_eq!(Metric::Submits.axis_unit(500_000.0), None);
+        assert_eq!(Metric::Submits.title(None), "submits");
     }
 
     #[test]

@@ -3,15 +3,21 @@
 //! significance.
 //!
 //! Direction: for every counter and time in a trace, lower is better (fewer submits, less time),
-//! so a decrease of B against A is [`Tone::Better`] and an increase [`Tone::Worse`]. Significance:
-//! counters are exact, so any change is significant; a timing is significant only when the
-//! bootstrap interval of the median difference excludes zero (`profiler diff`'s verdict).
+//! so a decrease of B against A is [`Tone::Better`] and an increase [`Tone::Worse`]; the "B vs A"
+//! column says by how much, oriented the same way (`profiler::Speedup`: `88.0x better`).
+//! Significance: counters are exact, so any change is significant; a timing is significant only
+//! when the bootstrap interval of the median difference excludes zero (`profiler diff`'s verdict).
+//! Times are written in the unit that suits each value (`profiler::fmt_us`), as `profiler diff`
+//! writes them.
 
 use profiler::{
     CaptureInfo, Change, Diff, OpDiff, OpRow, PerToken, Phase, PhaseDiff, PhaseStats, TraceStats,
 };
 
-use crate::logic::format::{fmt_bytes, fmt_pct, fmt_rel, fmt_signed, fmt_value};
+use crate::logic::format::{
+    fmt_bytes, fmt_ci_us, fmt_metric, fmt_pct, fmt_rel, fmt_signed, fmt_signed_us, fmt_us,
+    fmt_value, median_speedup, op_speedup, unit_cell,
+};
 
 /// How a row's delta reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +48,7 @@ pub struct SummaryTable {
     pub columns: Vec<String>,
     /// Right-aligned (numeric) columns.
     pub right: Vec<bool>,
-    /// Columns coloured by the row's tone (delta, delta %, verdict).
+    /// Columns coloured by the row's tone (delta, delta %, B vs A, verdict).
     pub toned: Vec<usize>,
     pub rows: Vec<SummaryRow>,
 }
@@ -162,12 +168,6 @@ fn table(title: String, cols: &[(&str, bool)], toned: &[usize]) -> SummaryTable 
     }
 }
 
-fn ci_text(ci: Option<profiler::MedianDiffCi>) -> String {
-    ci.map_or("-".to_owned(), |c| {
-        format!("[{}, {}]", fmt_signed(c.low), fmt_signed(c.high))
-    })
-}
-
 fn phase_tables(p: &PhaseDiff, d: &Diff) -> Vec<SummaryTable> {
     let name = phase_title(p.phase);
     let mut counters = table(
@@ -182,10 +182,11 @@ fn phase_tables(p: &PhaseDiff, d: &Diff) -> Vec<SummaryTable> {
             ("B", true),
             ("delta", true),
             ("delta %", true),
+            ("B vs A", true),
             ("change", false),
             ("per token", false),
         ],
-        &[3, 4, 5],
+        &[3, 4, 5, 6],
     );
     for c in &p.counters {
         counters.rows.push(SummaryRow {
@@ -195,6 +196,7 @@ fn phase_tables(p: &PhaseDiff, d: &Diff) -> Vec<SummaryTable> {
                 fmt_value(c.b.median),
                 fmt_signed(c.delta),
                 fmt_rel(c.rel),
+                median_speedup(c.a.n, c.a.median, c.b.n, c.b.median, &c.name),
                 counter_change_text(c.change).to_owned(),
                 per_token_text(&c.per_token),
             ],
@@ -208,7 +210,7 @@ fn phase_tables(p: &PhaseDiff, d: &Diff) -> Vec<SummaryTable> {
     }
     let mut timings = table(
         format!(
-            "{name} timings (median us per step; {:.0}% bootstrap CI of B - A, {} resamples)",
+            "{name} timings (median per step; {:.0}% bootstrap CI of B - A, {} resamples)",
             d.confidence * 100.0,
             d.resamples
         ),
@@ -218,12 +220,13 @@ fn phase_tables(p: &PhaseDiff, d: &Diff) -> Vec<SummaryTable> {
             ("B", true),
             ("delta", true),
             ("delta %", true),
+            ("B vs A", true),
             ("CI", true),
             ("A p90", true),
             ("B p90", true),
             ("verdict", false),
         ],
-        &[3, 4, 5, 8],
+        &[3, 4, 5, 6, 9],
     );
     for m in &p.timings {
         let tone = match m.change {
@@ -242,13 +245,14 @@ fn phase_tables(p: &PhaseDiff, d: &Diff) -> Vec<SummaryTable> {
         timings.rows.push(SummaryRow {
             cells: vec![
                 m.name.clone(),
-                fmt_value(m.a.median),
-                fmt_value(m.b.median),
-                fmt_signed(m.delta),
+                fmt_us(m.a.median),
+                fmt_us(m.b.median),
+                fmt_signed_us(m.delta),
                 fmt_rel(m.rel),
-                ci_text(m.ci),
-                fmt_value(m.a.p90),
-                fmt_value(m.b.p90),
+                median_speedup(m.a.n, m.a.median, m.b.n, m.b.median, &m.name),
+                fmt_ci_us(m.ci),
+                fmt_us(m.a.p90),
+                fmt_us(m.b.p90),
                 timing_change_text(m.change).to_owned(),
             ],
             tone,
@@ -267,15 +271,16 @@ fn op_diff_table(title: String, rows: &[OpDiff]) -> SummaryTable {
             ("kind", false),
             ("A n/token", true),
             ("B n/token", true),
-            ("A us/token", true),
-            ("B us/token", true),
+            ("A time/token", true),
+            ("B time/token", true),
             ("delta", true),
+            ("B vs A", true),
             ("CI", true),
             ("A GB/s", true),
             ("B GB/s", true),
             ("verdict", false),
         ],
-        &[6, 7, 10],
+        &[6, 7, 8, 11],
     );
     let opt =
         |r: &Option<OpRow>, f: &dyn Fn(&OpRow) -> String| r.as_ref().map_or("-".to_owned(), f);
@@ -286,7 +291,7 @@ fn op_diff_table(title: String, rows: &[OpDiff]) -> SummaryTable {
     for o in rows {
         let (delta, verdict, tone) = match (&o.a, &o.b) {
             (Some(a), Some(b)) => (
-                fmt_signed(b.gpu_us_median - a.gpu_us_median),
+                fmt_signed_us(b.gpu_us_median - a.gpu_us_median),
                 timing_change_text(o.change),
                 tone_of(o.change),
             ),
@@ -299,10 +304,11 @@ fn op_diff_table(title: String, rows: &[OpDiff]) -> SummaryTable {
                 o.kind.clone(),
                 opt(&o.a, &|r| fmt_value(r.dispatches_per_token)),
                 opt(&o.b, &|r| fmt_value(r.dispatches_per_token)),
-                opt(&o.a, &|r| fmt_value(r.gpu_us_median)),
-                opt(&o.b, &|r| fmt_value(r.gpu_us_median)),
+                opt(&o.a, &|r| fmt_us(r.gpu_us_median)),
+                opt(&o.b, &|r| fmt_us(r.gpu_us_median)),
                 delta,
-                ci_text(o.ci),
+                op_speedup(o),
+                fmt_ci_us(o.ci),
                 opt(&o.a, &gbps),
                 opt(&o.b, &gbps),
                 verdict.to_owned(),
@@ -397,7 +403,7 @@ pub fn summarize_diff(d: &Diff) -> SummaryModel {
     if !d.ops.is_empty() {
         tables.push(op_diff_table(
             format!(
-                "ops: decode, GPU us per token (median){}",
+                "ops: decode, GPU time per token (median){}",
                 if d.folded_labels {
                     ", numeric label parts folded into *"
                 } else {
@@ -409,7 +415,7 @@ pub fn summarize_diff(d: &Diff) -> SummaryModel {
     }
     if !d.regions.is_empty() {
         tables.push(op_diff_table(
-            "regions: decode, GPU us per token (median)".to_owned(),
+            "regions: decode, GPU time per token (median)".to_owned(),
             &d.regions,
         ));
     }
@@ -449,17 +455,18 @@ fn stats_table(p: &PhaseStats) -> SummaryTable {
     );
     for m in &p.metrics {
         let s = &m.summary;
+        let v = |x: f64| fmt_metric(x, &m.unit);
         t.rows.push(SummaryRow {
             cells: vec![
                 m.name.clone(),
-                m.unit.clone(),
-                fmt_value(s.min),
-                fmt_value(s.median),
-                fmt_value(s.mean),
-                fmt_value(s.p90),
-                fmt_value(s.p99),
-                fmt_value(s.max),
-                fmt_value(s.std_dev),
+                unit_cell(&m.unit),
+                v(s.min),
+                v(s.median),
+                v(s.mean),
+                v(s.p90),
+                v(s.p99),
+                v(s.max),
+                v(s.std_dev),
                 fmt_pct(s.cv),
             ],
             tone: Tone::Neutral,
@@ -484,7 +491,7 @@ pub fn summarize_stats(s: &TraceStats, side: &str) -> SummaryModel {
                 ("label", false),
                 ("kind", false),
                 ("dispatches/token", true),
-                ("GPU us/token (median)", true),
+                ("GPU time/token (median)", true),
                 ("share of GPU time", true),
                 ("bytes/token", true),
                 ("GB/s", true),
@@ -498,7 +505,7 @@ pub fn summarize_stats(s: &TraceStats, side: &str) -> SummaryModel {
                     r.label.clone(),
                     r.kind.clone(),
                     fmt_value(r.dispatches_per_token),
-                    fmt_value(r.gpu_us_median),
+                    fmt_us(r.gpu_us_median),
                     fmt_pct(r.gpu_share),
                     if r.bytes_per_token > 0.0 {
                         fmt_bytes(r.bytes_per_token)
@@ -585,6 +592,33 @@ mod tests {
         // The rendered profiler report has the same cells.
         let text = profiler::render_diff(&d, None, profiler::Format::Human);
         for cell in &row.cells[1..5] {
+            assert!(text.contains(cell.as_str()), "{cell} not in\n{text}");
+        }
+        // B against A reads the right way round: fewer submits are better.
+        assert_eq!(table.columns[5], "B vs A");
+        assert!(table.toned.contains(&5));
+        assert!(row.cells[5].ends_with("x better"), "{:?}", row.cells);
+        assert!(text.contains(row.cells[5].as_str()), "{text}");
+        // Timings carry their unit, and the same cells as the profiler's report.
+        let timings = s
+            .tables
+            .iter()
+            .find(|t| t.title.starts_with("decode timings"))
+            .expect("decode timing table");
+        let wall = decode.timing("wall_us").expect("wall_us");
+        let wall_row = timings
+            .rows
+            .iter()
+            .find(|r| r.cells[0] == "wall_us")
+            .expect("wall row");
+        assert_eq!(wall_row.cells[1], fmt_us(wall.a.median));
+        assert!(
+            wall_row.cells[1].ends_with(" µs") || wall_row.cells[1].ends_with(" ms"),
+            "{:?}",
+            wall_row.cells
+        );
+        assert_eq!(timings.columns[5], "B vs A");
+        for cell in &wall_row.cells[1..9] {
             assert!(text.contains(cell.as_str()), "{cell} not in\n{text}");
         }
         // Tables in the profiler's order: decode first.
@@ -676,6 +710,7 @@ mod tests {
             .as_ref()
             .and_then(|d| d.metric("wall_us"))
             .expect("wall");
-        assert_eq!(wall.cells[3], fmt_value(m.summary.median));
+        assert_eq!(wall.cells[3], fmt_us(m.summary.median));
+        assert_eq!(wall.cells[1], "time");
     }
 }

@@ -1,12 +1,13 @@
-//! Op breakdown: GPU us per token per (folded) label, A against B as paired bars, with the
-//! achieved GB/s and the share of the device bandwidth (or of the GPU time when the trace records
-//! no bandwidth). The numbers are the profiler's per-op table over the analysed decode tokens.
+//! Op breakdown: GPU time per token per (folded) label, A against B as paired bars (in the unit
+//! that suits the slowest label), with how much faster B is, the achieved GB/s and the share of
+//! the device bandwidth (or of the GPU time when the trace records no bandwidth). The numbers are
+//! the profiler's per-op table over the analysed decode tokens.
 
 use eframe::egui::{self, RichText};
 use egui_plot::{Bar, BarChart, Legend, Plot};
 
 use crate::app::AnalysisState;
-use crate::logic::format::{fmt_bytes, fmt_pct, fmt_value};
+use crate::logic::format::{TimeUnit, fmt_bytes, fmt_pct, fmt_speedup, fmt_us, fmt_value};
 use crate::logic::ops::{OpPair, OpSide};
 use crate::logic::session::{Session, SlotId};
 use crate::logic::summary::{SummaryRow, SummaryTable, Tone, tone_of};
@@ -47,7 +48,7 @@ pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
                 .strong(),
         );
         ui.weak(format!(
-            "· median GPU us per decode token (first {} / {} tokens skipped) · labels with layer \
+            "· median GPU time per decode token (first {} / {} tokens skipped) · labels with layer \
              numbers folded into *",
             a.skip[0], a.skip[1]
         ));
@@ -78,6 +79,8 @@ pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
 /// Horizontal paired bars, the slowest label on top.
 fn chart(ui: &mut egui::Ui, ops: &[OpPair], names: &[String], [w, h]: [f32; 2]) {
     let n = ops.len();
+    let unit = TimeUnit::for_range_us(ops.iter().map(OpPair::max_gpu_us)).max(TimeUnit::Us);
+    let scale = unit.from_us(1.0);
     // Label i sits at y = n - 1 - i so the first (slowest) is on top.
     let y_of = |i: usize| (n - 1 - i) as f64;
     let bars = |side: usize| -> Vec<Bar> {
@@ -88,11 +91,11 @@ fn chart(ui: &mut egui::Ui, ops: &[OpPair], names: &[String], [w, h]: [f32; 2]) 
                 let offset = if side == 0 { 0.2 } else { -0.2 };
                 let color = theme::side_color(side);
                 Some(
-                    Bar::new(y_of(i) + offset, s.gpu_us)
+                    Bar::new(y_of(i) + offset, s.gpu_us * scale)
                         .width(0.38)
                         .fill(color)
                         .stroke(egui::Stroke::new(1.0, color))
-                        .name(format!("{}\n{} us/token", p.label, fmt_value(s.gpu_us))),
+                        .name(format!("{}\n{} / token", p.label, fmt_us(s.gpu_us))),
                 )
             })
             .collect()
@@ -106,7 +109,10 @@ fn chart(ui: &mut egui::Ui, ops: &[OpPair], names: &[String], [w, h]: [f32; 2]) 
         .allow_drag([true, false])
         .allow_zoom([true, false])
         .y_axis_min_width(150.0)
-        .x_axis_label("GPU us per decode token (median)")
+        .x_axis_label(format!(
+            "GPU time per decode token (median, {})",
+            unit.name()
+        ))
         .y_grid_spacer(move |_input| {
             (0..n)
                 .map(|i| egui_plot::GridMark {
@@ -153,9 +159,9 @@ fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> S
     let cols: Vec<(String, bool)> = vec![
         ("label".into(), false),
         ("kind".into(), false),
-        ("A us".into(), true),
-        ("B us".into(), true),
-        ("B/A".into(), true),
+        ("A time".into(), true),
+        ("B time".into(), true),
+        ("B vs A".into(), true),
         ("A GB/s".into(), true),
         ("B GB/s".into(), true),
         (format!("A {share_name}"), true),
@@ -168,17 +174,18 @@ fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> S
     let rows = ops
         .iter()
         .map(|p| {
-            let ratio = match (p.a, p.b) {
-                (Some(a), Some(b)) if a.gpu_us > 0.0 => format!("{:.2}x", b.gpu_us / a.gpu_us),
-                _ => "-".to_owned(),
-            };
+            let speedup = fmt_speedup(
+                p.a.map(|s| s.gpu_us),
+                p.b.map(|s| s.gpu_us),
+                profiler::Better::Lower,
+            );
             SummaryRow {
                 cells: vec![
                     p.label.clone(),
                     p.kind.clone(),
-                    opt(p.a, &|s| fmt_value(s.gpu_us)),
-                    opt(p.b, &|s| fmt_value(s.gpu_us)),
-                    ratio,
+                    opt(p.a, &|s| fmt_us(s.gpu_us)),
+                    opt(p.b, &|s| fmt_us(s.gpu_us)),
+                    speedup,
                     opt(p.a, &|s| s.achieved_gbps.map_or("-".into(), fmt_value)),
                     opt(p.b, &|s| s.achieved_gbps.map_or("-".into(), fmt_value)),
                     opt(p.a, &|s| share(s, bandwidth_known)),
@@ -209,5 +216,47 @@ fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> S
         right: cols.iter().map(|c| c.1).collect(),
         toned: vec![4],
         rows,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(gpu_us: f64) -> OpSide {
+        OpSide {
+            dispatches_per_token: 1.0,
+            gpu_us,
+            gpu_share: 0.5,
+            bytes_per_token: 1e6,
+            achieved_gbps: Some(100.0),
+            bandwidth_share: None,
+        }
+    }
+
+    #[test]
+    fn the_table_says_how_much_faster_b_is_in_readable_units() {
+        let ops = vec![
+            OpPair {
+                label: "lm_head".into(),
+                kind: "matvec".into(),
+                a: Some(side(1_500.0)),
+                b: Some(side(500.0)),
+                change: profiler::Change::Decrease,
+            },
+            OpPair {
+                label: "L*.q_proj".into(),
+                kind: "matvec".into(),
+                a: Some(side(8.0)),
+                b: None,
+                change: profiler::Change::Unavailable,
+            },
+        ];
+        let t = pairs_table(&ops, false, [None, None]);
+        assert_eq!(t.columns[2..5], ["A time", "B time", "B vs A"]);
+        assert_eq!(t.rows[0].cells[2..5], ["1.50 ms", "500 µs", "3.00x better"]);
+        assert_eq!(t.rows[0].tone, Tone::Better);
+        assert_eq!(t.rows[1].cells[2..5], ["8 µs", "-", "-"]);
+        assert_eq!(t.toned, [4]);
     }
 }

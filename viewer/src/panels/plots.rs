@@ -128,12 +128,24 @@ fn plot(
         .iter()
         .map(|(_, _, v)| max_where(al, v, true))
         .fold(0.0, f64::max);
-    let y_top = if settings.fit_decode && has_decode {
+    let y_fit = if settings.fit_decode && has_decode {
         y_decode
     } else {
         y_all
     };
-    let y_top = if y_top > 0.0 { y_top * 1.08 } else { 1.0 };
+    // Times are drawn in the unit that suits the plotted range (µs, ms or s), counts as they are.
+    let unit = metric.axis_unit(y_fit);
+    let scale = unit.map_or(1.0, |u| u.from_us(1.0));
+    let values: Vec<(usize, String, Vec<f64>)> = values
+        .into_iter()
+        .map(|(side, name, v)| (side, name, v.into_iter().map(|x| x * scale).collect()))
+        .collect();
+    let (y_all, y_fit) = (y_all * scale, y_fit * scale);
+    let y_top = if y_fit > 0.0 { y_fit * 1.08 } else { 1.0 };
+    let fmt_y = move |y: f64| match unit {
+        Some(u) => u.fmt_us(y / u.from_us(1.0)),
+        None => profiler::fmt_value(y),
+    };
     let n = al.len();
     // Decode token k at x = k; prefill rows at negative x.
     let off = al.prefill_len() as f64;
@@ -146,7 +158,7 @@ fn plot(
         .allow_zoom([true, false])
         .allow_drag([true, false])
         .y_axis_min_width(40.0)
-        .x_axis_label(RichText::new(metric.title()).strong())
+        .x_axis_label(RichText::new(metric.title(unit)).strong())
         .x_axis_formatter(|mark, _range| {
             // Rows sit at integers: name them by phase (decode tokens by their ordinal).
             let v = mark.value.round();
@@ -165,9 +177,9 @@ fn plot(
         .label_formatter(move |name, p| {
             let row = row_at_x(p.x + off, n).map_or("-".to_owned(), |r| al.label(r));
             if name.is_empty() {
-                format!("{row}\n{:.1}", p.y)
+                format!("{row}\n{}", fmt_y(p.y))
             } else {
-                format!("{name}\n{row}: {}", profiler::fmt_value(p.y))
+                format!("{name}\n{row}: {}", fmt_y(p.y))
             }
         })
         .show(ui, |pui| {
