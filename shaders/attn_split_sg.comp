@@ -16,13 +16,14 @@
 //      (probabilities and slots pass through shared memory, synchronized within the subgroup).
 // Every K and V element of the split is read from memory once.
 //
-// Limits: head_dim % 4 == 0, head_dim <= 128, G <= 8, gl_SubgroupSize == SG (the size the host
-// read from the device), WG a multiple of SG, SG a multiple of UNROLL (8).
+// Limits: head_dim % 4 == 0, head_dim <= 128, G <= 8, SG >= 8, gl_SubgroupSize == SG (the size the host
+// read from the device), WG a multiple of SG, SG a multiple of UNROLL.
 // Bindings: 0 params, 1 q f32 [n, heads, hd], 2 block tables, 3 k_cache, 4 v_cache,
-// 5 partial f32 [n, heads, n_splits, hd + 2]. Spec: 0 WG, 2 SG, 4..7 the KV layout.
+// 5 partial f32 [n, heads, n_splits, hd + 2]. Spec: 0 WG, 2 SG, 3 UNROLL, 4..7 the KV layout.
 // Groups: (ceil(n_splits / (WG / SG)), kv_heads, n).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 
 #define KV_TABLE_BINDING 2
@@ -39,8 +40,16 @@ const uint MAX_HD4 = 32;
 // vec4 columns of one head per lane (at most 4: SG >= 8 for head_dim 128).
 const uint DPL = (MAX_HD4 + SG - 1) / SG;
 const uint NSG = WG / SG;
-// Loads in flight per lane in the K and V loops (SG must be a multiple of it).
-const uint UNROLL = 8;
+// Loads in flight per lane in the K and V loops (a power of two that divides SG): the loop's
+// memory round trips are latency-bound, so more loads per batch means fewer round trips.
+layout(constant_id = 3) const uint UNROLL = 8;
+// 1: the K loop reads each K row with LP lanes (coalesced: a load instruction covers SG / LP
+// whole rows) and sums the dot products over those lanes with subgroupShuffleXor; 0: each lane
+// reads its own position's whole row. 1 needs SG >= LP.
+layout(constant_id = 1) const uint KCOOP = 0;
+const uint LP = 8;
+// vec4 columns per lane when LP lanes share a row.
+const uint CPL = (MAX_HD4 + LP - 1) / LP;
 
 layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) readonly buffer Q { vec4 q4[]; };
@@ -113,7 +122,44 @@ void main() {
         uint slot = kv_slot(seq, valid ? pos : t0);
         float s[MAX_G];
         [[unroll]] for (uint g = 0; g < MAX_G; g++) s[g] = 0.0;
-        if (valid) {
+        if (KCOOP == 1u) {
+            // Iteration it: lanes a * LP .. a * LP + LP - 1 read position t0 + it * (SG / LP) + a,
+            // lane b of them vec4 columns b, b + LP, ...; the cluster's sum is the score, which
+            // its first lane stages in p_sh for the lane that owns the position.
+            // (Shuffles within aligned groups of LP lanes: every lane takes part.)
+            uint a = lane / LP;
+            uint b = lane - a * LP;
+            [[unroll]] for (uint it = 0; it < LP; it++) {
+                uint pj = it * (SG / LP) + a;
+                // Lane pj looked position t0 + pj's slot up (paged: one table read per
+                // position, not one per lane that reads its row).
+                uint kb = subgroupShuffle(slot, pj) * row4 + kv_off;
+                vec4 kv[CPL];
+                [[unroll]] for (uint u = 0; u < CPL; u++) {
+                    uint c = b + u * LP;
+                    kv[u] = c < hd4 ? k_load4(kb + c) : vec4(0.0);
+                }
+                [[unroll]] for (uint g = 0; g < MAX_G; g++) {
+                    if (g < group) {
+                        float d = 0.0;
+                        [[unroll]] for (uint u = 0; u < CPL; u++) {
+                            d += dot(q_sh[g * MAX_HD4 + min(b + u * LP, MAX_HD4 - 1)], kv[u]);
+                        }
+                        // Written out (LP = 8): no inner loop, whose trip count a CPU
+                        // driver's loop limiter would add up over the outer loop's rounds.
+                        d += subgroupShuffleXor(d, 1);
+                        d += subgroupShuffleXor(d, 2);
+                        d += subgroupShuffleXor(d, 4);
+                        if (b == 0) p_sh[pbase + g * SG + pj] = d;
+                    }
+                }
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            [[unroll]] for (uint g = 0; g < MAX_G; g++) {
+                if (g < group) s[g] = p_sh[pbase + g * SG + lane];
+            }
+        } else if (valid) {
             uint kb = slot * row4 + kv_off;
             // UNROLL loads issued before they are used: the memory round trips overlap.
             uint c = 0;

@@ -123,7 +123,7 @@ pub fn build_trace(
                 api_version: info.api_version.clone(),
                 timestamp_period_ns: info.timestamp_period_ns as f64,
                 compute_units: info.compute_units,
-                memory_bandwidth_gbps: None,
+                memory_bandwidth_gbps: engine.gpu().bandwidth().map(|b| b.read_gbps),
             },
             clock: engine.clock().clone(),
             model: ModelMeta {

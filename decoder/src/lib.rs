@@ -3,6 +3,7 @@
 //! - [`model`]: checkpoint config, weights, tokenizer, synthetic checkpoints and the CPU reference.
 //! - [`gguf`]: GGUF reading and import into a Hugging Face checkpoint.
 //! - [`kv`]: KV cache layouts (contiguous, paged, rotating) and the paged block allocator.
+//! - [`probe`]: the memory bandwidth probe (the roofline of batch-1 decode).
 //! - [`vk`]: the only module holding raw Vulkan handles and `unsafe`.
 //! - [`cli`]: the `decoder` command line.
 
@@ -13,5 +14,6 @@ pub mod generate;
 pub mod gguf;
 pub mod kv;
 pub mod model;
+pub mod probe;
 pub mod shaders;
 pub mod vk;

@@ -22,12 +22,15 @@ fn bench(cache: &Path, out: &Path, args: &[&str]) {
             "2",
             "--prefill-chunk",
             "16",
-            "--mode",
-            "fused",
             "--out",
             out.to_str().unwrap(),
         ])
         .args(args)
+        .args(if args.contains(&"--mode") {
+            &[][..]
+        } else {
+            &["--mode", "fused"][..]
+        })
         .env("DECODESCOPE_CACHE", cache)
         .output()
         .unwrap();
@@ -114,4 +117,93 @@ fn one_sweep_shares_prompts_and_matches_points_run_alone() {
     let b = decode_tokens(&trace_ending(&alone, "paged16-gather-b2-c90.json"));
     assert_eq!(a.len(), 1 + 6, "warm-up and timed steps");
     assert_eq!(a, b);
+}
+
+/// PNG width and height from the IHDR chunk.
+fn png_size(path: &Path) -> (u32, u32) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n", "{} is a PNG", path.display());
+    let be = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    (be(16), be(20))
+}
+
+#[test]
+fn timestamp_levels_roofline_and_plots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("b");
+    bench(
+        tmp.path(),
+        &out,
+        &[
+            "--context",
+            "40,24",
+            "--timestamps",
+            "off,dispatch",
+            "--mode",
+            "generic,fused",
+        ],
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("bench.json")).unwrap()).unwrap();
+    let read = json["bandwidth"]["read_gbps"].as_f64().unwrap();
+    assert!(read > 0.0, "{}", json["bandwidth"]);
+    assert_eq!(
+        json["device_type"].as_str(),
+        Some("cpu"),
+        "lavapipe is a CPU device"
+    );
+    let rows = json["rows"].as_array().unwrap();
+    // 2 contexts x 2 presets x 2 timestamp levels.
+    assert_eq!(rows.len(), 8);
+    for r in rows {
+        let share = r["roofline_share"].as_f64().unwrap();
+        let want = r["achieved_gbps"].as_f64().unwrap() / read;
+        assert!((share - want).abs() <= 1e-9 * want.max(1.0), "{r}");
+        assert_eq!(r["tokens_match"], true, "{r}");
+        let gpu = r["gpu_us"].as_f64();
+        match r["timestamps"].as_str().unwrap() {
+            "off" => assert_eq!(gpu, None, "{r}"),
+            "dispatch" => assert!(gpu.unwrap() > 0.0, "{r}"),
+            other => panic!("timestamps {other}"),
+        }
+    }
+    // Every trace carries the probe's read figure.
+    let t =
+        profiler::io::read_trace(&trace_ending(&out, "fused-contiguous-b1-c40-toff.json")).unwrap();
+    assert_eq!(t.meta.device.memory_bandwidth_gbps, Some(read));
+    for name in [
+        "tokens-per-s.png",
+        "roofline.png",
+        "attention.png",
+        "settings-c24.png",
+        "settings-c40.png",
+    ] {
+        assert_eq!(png_size(&out.join(name)), (1100, 680), "{name}");
+    }
+    // `decoder plot` draws the same files from bench.json alone.
+    let again = tmp.path().join("again");
+    let o = Command::new(env!("CARGO_BIN_EXE_decoder"))
+        .args([
+            "plot",
+            out.join("bench.json").to_str().unwrap(),
+            "--out",
+            again.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(png_size(&again.join("tokens-per-s.png")), (1100, 680));
+    // A file that is not a bench result is named in the error.
+    let bad = tmp.path().join("notes.txt");
+    std::fs::write(&bad, "not json").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_decoder"))
+        .args(["plot", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("notes.txt") && err.contains("bench.json"),
+        "{err}"
+    );
 }

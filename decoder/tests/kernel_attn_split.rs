@@ -26,8 +26,9 @@ use kernel_support::{
 enum SplitKernel {
     /// attn_split.comp with K/V tiles of this many positions.
     Tiled(u32),
-    /// attn_split_sg.comp with subgroups of this size (the device's).
-    Subgroup(u32),
+    /// attn_split_sg.comp with subgroups of this size (the device's), loads in flight per lane
+    /// and K rows read by one lane (0) or eight (1).
+    Subgroup(u32, u32, u32),
 }
 
 /// The kernels the device runs: the tiled one at each tile size, and the subgroup one where the
@@ -40,10 +41,17 @@ fn kernels(gpu: &Gpu) -> Vec<SplitKernel> {
     let info = gpu.info();
     let sg =
         decoder::exec::program::Tuning::for_device(info.compute_units, info.subgroup_size, 4096, 8)
-            .with_subgroups(info.subgroup_size, info.subgroup_arithmetic)
+            .with_subgroups(
+                info.subgroup_size,
+                info.subgroup_arithmetic && info.subgroup_shuffle,
+            )
             .attn_sg;
     if sg > 0 {
-        k.push(SplitKernel::Subgroup(sg));
+        for unroll in [8, 16, 32].into_iter().filter(|&u| u <= sg) {
+            for kcoop in [0, 1] {
+                k.push(SplitKernel::Subgroup(sg, unroll, kcoop));
+            }
+        }
     } else {
         eprintln!(
             "this device has no subgroup arithmetic at subgroup size {}: attn_split_sg is not run",
@@ -96,11 +104,11 @@ fn split_and_merge(
     // four subgroups (at least 64 invocations) per workgroup, one split each.
     let (shader, spec, groups) = match kernel {
         SplitKernel::Tiled(tile) => (Shader::AttnSplit, vec![wg, tile], n_splits as u32),
-        SplitKernel::Subgroup(sg) => {
+        SplitKernel::Subgroup(sg, unroll, kcoop) => {
             let wg = (4 * sg).max(64);
             (
                 Shader::AttnSplitSg,
-                vec![wg, 0, sg],
+                vec![wg, kcoop, sg, unroll],
                 (n_splits as u32).div_ceil(wg / sg),
             )
         }

@@ -85,9 +85,13 @@ pub struct Args {
     /// Also flip every knob alone from each preset toward the other (at every point).
     #[arg(long)]
     pub ablation: bool,
-    /// GPU timestamp level of the timed steps.
-    #[arg(long, value_enum, default_value = "token")]
-    pub timestamps: Timestamps,
+    /// GPU timestamp levels of the timed steps, comma-separated (off, token, region, dispatch):
+    /// every point is measured at each, from the same cache, so their cost shows side by side.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "token")]
+    pub timestamps: Vec<Timestamps>,
+    /// Skip the memory bandwidth probe: rows then have no roofline share.
+    #[arg(long)]
+    pub no_probe: bool,
     /// Vulkan device (index or name substring).
     #[arg(long)]
     pub device: Option<String>,
@@ -171,6 +175,9 @@ pub struct Row {
     pub bytes_per_step: f64,
     /// `bytes_per_step` over the step's median wall time.
     pub achieved_gbps: f64,
+    /// `achieved_gbps` over the probe's read bandwidth (0..1): how close the step runs to the
+    /// memory roofline. `None` without the probe.
+    pub roofline_share: Option<f64>,
     /// Sequence 0's greedy tokens equal those of the first setting at this context and batch
     /// (every layout and path must generate the same text).
     pub tokens_match: bool,
@@ -208,8 +215,8 @@ fn opt(v: Option<f64>) -> String {
 /// The sweep as a Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| setting | kv | batch | context | tokens/s | ms/step | host enqueue us | GPU us | attention GPU us | submits | barriers | descriptor writes | dispatches | KV bytes copied | GB/s | prompt tokens/s | same tokens |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| setting | kv | batch | context | timestamps | tokens/s | ms/step | host enqueue us | GPU us | attention GPU us | submits | barriers | descriptor writes | dispatches | KV bytes copied | MB/step | GB/s | roofline | prompt tokens/s | same tokens |\n\
+         |---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         let kv = if r.paged_attention.is_empty() {
@@ -218,10 +225,11 @@ pub fn table(rows: &[Row]) -> String {
             format!("{} {}", r.kv, r.paged_attention)
         };
         out.push_str(&format!(
-            "| {} | {kv} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {kv} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.setting,
             r.batch,
             r.context,
+            r.timestamps,
             fmt(r.tokens_per_s),
             fmt(r.ms_per_step),
             fmt(r.host_enqueue_us),
@@ -232,7 +240,10 @@ pub fn table(rows: &[Row]) -> String {
             r.descriptor_writes,
             r.dispatches,
             r.kv_bytes_copied,
+            fmt(r.bytes_per_step / 1e6),
             fmt(r.achieved_gbps),
+            r.roofline_share
+                .map_or("-".into(), |v| format!("{:.1}%", 100.0 * v)),
             fmt(r.prompt_tokens_per_s),
             if r.tokens_match { "yes" } else { "NO" },
         ));
@@ -284,8 +295,10 @@ struct Group {
 /// What `bench.json` says about the run besides its rows.
 struct Meta {
     device: String,
+    device_type: String,
     driver: String,
     weight_bytes_per_token: u64,
+    bandwidth: Option<crate::vk::Bandwidth>,
 }
 
 /// The rows in table order (context, batch, then the order measured), each marked with whether
@@ -330,13 +343,28 @@ fn write_results(
             r.setting, r.kv, r.paged_attention, r.context, r.batch
         ));
     }
+    match &meta.bandwidth {
+        Some(b) => text.push_str(&format!(
+            "\nroofline: bytes one step must read (weights + K and V attended) over its wall time, as a share of the probe's read bandwidth on {}: {:.0} GB/s (copy {:.0} GB/s, read + write)\n",
+            meta.device, b.read_gbps, b.copy_gbps
+        )),
+        None => text.push_str("\nroofline: not measured (--no-probe)\n"),
+    }
+    if meta.device_type == "cpu" {
+        text.push_str(&format!(
+            "\n{} is a CPU device: these are CPU times, not GPU performance\n",
+            meta.device
+        ));
+    }
     if !complete {
         text.push_str("\n(sweep still running: the points measured so far)\n");
     }
     write_atomic(&args.out.join("bench.md"), text.as_bytes())?;
     let json = serde_json::json!({
         "device": meta.device,
+        "device_type": meta.device_type,
         "driver": meta.driver,
+        "bandwidth": meta.bandwidth,
         "model": args.model.model,
         "complete": complete,
         "weight_bytes_per_token": meta.weight_bytes_per_token,
@@ -349,6 +377,17 @@ fn write_results(
         &args.out.join("bench.json"),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
+    if complete {
+        // Plots are a view of bench.json; a plot that fails costs a warning, not the sweep.
+        match super::plot::render(&json, &args.out) {
+            Ok(files) => {
+                for f in files {
+                    eprintln!("plot: {}", f.display());
+                }
+            }
+            Err(e) => eprintln!("warning: cannot draw the plots: {e:#}"),
+        }
+    }
     Ok(text)
 }
 
@@ -392,6 +431,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         validation: false,
     })
     .context("cannot open the Vulkan device")?;
+    if args.timestamps.is_empty() {
+        anyhow::bail!("--timestamps needs at least one level");
+    }
+    let bandwidth = if args.no_probe {
+        None
+    } else {
+        eprintln!("probing the memory bandwidth of {}", gpu.info().name);
+        let b = super::gpu::probe_or_warn(&gpu);
+        if let Some(b) = &b {
+            eprintln!(
+                "read {:.0} GB/s, copy {:.0} GB/s (read + write), best of {} over {} MiB",
+                b.read_gbps,
+                b.copy_gbps,
+                b.runs,
+                b.bytes >> 20
+            );
+        }
+        b
+    };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let (settings, refused) = sweep(&args.mode, args.ablation, gpu.info().push_descriptors);
@@ -414,14 +472,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
-    let n_points: usize = groups.iter().map(|g| g.paths.len()).sum::<usize>() * contexts.len();
+    let n_points: usize = groups.iter().map(|g| g.paths.len()).sum::<usize>()
+        * contexts.len()
+        * args.timestamps.len();
     eprintln!(
         "bench on {}: {n_points} points ({} settings x {} contexts x {} batch sizes x {} KV settings), {} timed decode steps each",
         gpu.info().name,
         settings.len(),
         contexts.len(),
         args.batch.len(),
-        n_points / (settings.len() * contexts.len() * args.batch.len()).max(1),
+        n_points
+            / (settings.len() * contexts.len() * args.batch.len() * args.timestamps.len()).max(1),
         args.max_tokens
     );
     let bar = indicatif::ProgressBar::new(n_points as u64);
@@ -431,8 +492,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     let info = Meta {
         device: gpu.info().name.clone(),
+        device_type: gpu.info().device_type.clone(),
         driver: format!("{} {}", gpu.info().driver_name, gpu.info().driver_info),
         weight_bytes_per_token: shape_of(&model.config, 1).weight_bytes_per_token(),
+        bandwidth,
     };
     let mut rows: Vec<Row> = Vec::new();
     for g in &groups {
@@ -447,15 +510,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &bar,
             &mut |row| {
                 bar.println(format!(
-                "{} {} {} batch {} context {}: {:.1} tokens/s, {:.2} ms/step, attention {} us/step",
+                "{} {} {} batch {} context {} timestamps {}: {:.1} tokens/s, {:.2} ms/step, attention {} us/step{}",
                 row.setting,
                 row.kv,
                 row.paged_attention,
                 row.batch,
                 row.context,
+                row.timestamps,
                 row.tokens_per_s,
                 row.ms_per_step,
-                opt(row.attention_gpu_us)
+                opt(row.attention_gpu_us),
+                row.roofline_share.map_or(String::new(), |v| format!(", {:.1}% of the roofline", 100.0 * v))
             ));
                 rows.push(row);
                 bar.inc(1);
@@ -639,7 +704,7 @@ fn run_group(
     let steps = args.warmup + args.max_tokens + args.breakdown;
     let opts = EngineOptions {
         knobs: g.knobs,
-        timestamps: args.timestamps,
+        timestamps: args.timestamps[0],
         max_seq: (longest.len() + steps + 2) as u32,
         kv: g.kv,
         logits_readback: false,
@@ -683,23 +748,36 @@ fn run_group(
                 engine.set_paged_attention(path)?;
                 kv.paged_attention = path;
             }
-            engine.set_timestamps(args.timestamps)?;
-            bar.set_message(format!(
-                "{} {}{} batch {} context {}: decode",
-                g.name,
-                kv.layout_name(),
-                if kv.gathers() { " gather" } else { "" },
-                kv.batch,
-                ids.len()
-            ));
-            let mut row = measure(args, &mut engine, model, &ids, &prompts, &after, kv, g)?;
-            row.prompt_tokens_per_s = if prefill_s > 0.0 {
-                added as f64 / prefill_s
-            } else {
-                0.0
-            };
-            engine.truncate_records(mark);
-            emit(row)?;
+            for &level in &args.timestamps {
+                engine.set_timestamps(level)?;
+                bar.set_message(format!(
+                    "{} {}{} batch {} context {} timestamps {}: decode",
+                    g.name,
+                    kv.layout_name(),
+                    if kv.gathers() { " gather" } else { "" },
+                    kv.batch,
+                    ids.len(),
+                    level.name()
+                ));
+                let mut row = measure(
+                    args,
+                    &mut engine,
+                    model,
+                    &ids,
+                    &prompts,
+                    &after,
+                    kv,
+                    g,
+                    level,
+                )?;
+                row.prompt_tokens_per_s = if prefill_s > 0.0 {
+                    added as f64 / prefill_s
+                } else {
+                    0.0
+                };
+                engine.truncate_records(mark);
+                emit(row)?;
+            }
         }
     }
     Ok(())
@@ -717,6 +795,7 @@ fn measure(
     first: &[u32],
     kv: KvConfig,
     g: &Group,
+    level: Timestamps,
 ) -> anyhow::Result<Row> {
     let (name, knobs) = (g.name.as_str(), g.knobs);
     let mut seqs = Decoding {
@@ -745,7 +824,7 @@ fn measure(
         prompt_ids: ids.to_vec(),
         decode_tokens: args.warmup + args.max_tokens,
         knobs,
-        timestamps: args.timestamps,
+        timestamps: level,
         logits_readback: false,
         kv,
     };
@@ -792,11 +871,16 @@ fn measure(
     };
     let context = prompts[0].len();
     let file = args.out.join(format!(
-        "{}-{}-b{}-c{}.json",
+        "{}-{}-b{}-c{}{}.json",
         name.replace([' ', ':'], "_").replace("--", ""),
         kv.layout_name().replace(':', "") + if kv.gathers() { "-gather" } else { "" },
         kv.batch,
-        context
+        context,
+        if args.timestamps.len() > 1 {
+            format!("-t{}", level.name())
+        } else {
+            String::new()
+        }
     ));
     profiler::io::write_trace(&file, &trace)
         .with_context(|| format!("cannot write {}", file.display()))?;
@@ -816,7 +900,7 @@ fn measure(
         },
         batch: kv.batch,
         context,
-        timestamps: args.timestamps.name().into(),
+        timestamps: level.name().into(),
         decode_steps,
         tokens_per_s: if wall_s > 0.0 {
             kv.batch as f64 / wall_s
@@ -841,6 +925,11 @@ fn measure(
         } else {
             0.0
         },
+        roofline_share: engine
+            .gpu()
+            .bandwidth()
+            .filter(|b| b.read_gbps > 0.0 && wall_s > 0.0)
+            .map(|b| bytes_per_step / wall_s / 1e9 / b.read_gbps),
         tokens_match: true,
         ids: seqs.first_ids.clone(),
     })

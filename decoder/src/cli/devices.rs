@@ -2,23 +2,80 @@
 
 use anyhow::Context as _;
 
-use crate::vk::{DeviceInfo, list_devices};
+use crate::probe::{ProbeOptions, measure};
+use crate::vk::{Bandwidth, DeviceInfo, Gpu, GpuOptions, list_devices};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Print JSON (one object per device) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also measure each device's memory bandwidth: a compute kernel reading a large buffer and
+    /// a buffer copy, best of several runs (about a second per device).
+    #[arg(long)]
+    pub probe: bool,
+    /// Timed runs of the probe (after one warm-up).
+    #[arg(long, default_value_t = 5, requires = "probe")]
+    pub runs: u32,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let devices = list_devices().context("listing Vulkan devices")?;
+    let mut probes: Vec<Option<Bandwidth>> = vec![None; devices.len()];
+    if args.probe {
+        if args.runs == 0 {
+            anyhow::bail!("--runs must be at least 1");
+        }
+        for (d, slot) in devices.iter().zip(&mut probes) {
+            eprintln!("probing the memory bandwidth of #{} {}", d.index, d.name);
+            let gpu = Gpu::new(&GpuOptions {
+                device: Some(d.index.to_string()),
+                validation: false,
+            })
+            .with_context(|| format!("cannot open device #{} {}", d.index, d.name))?;
+            let opts = ProbeOptions {
+                runs: args.runs,
+                bytes: None,
+            };
+            *slot = Some(
+                measure(&gpu, opts)
+                    .with_context(|| format!("bandwidth probe on #{} {}", d.index, d.name))?,
+            );
+        }
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&devices)?);
+        let rows: Vec<serde_json::Value> = devices
+            .iter()
+            .zip(&probes)
+            .map(|(d, b)| {
+                let mut v = serde_json::to_value(d).unwrap_or_default();
+                if let (Some(b), Some(o)) = (b, v.as_object_mut()) {
+                    o.insert(
+                        "bandwidth".into(),
+                        serde_json::to_value(b).unwrap_or_default(),
+                    );
+                }
+                v
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        print!("{}", table(&devices));
+        print!("{}", table(&devices, &probes));
     }
     Ok(())
+}
+
+fn gbps(b: &Option<Bandwidth>, f: fn(&Bandwidth) -> f64) -> String {
+    match b {
+        Some(b) => format!(
+            "{:.0} GB/s ({}, {} MiB, best of {})",
+            f(b),
+            b.timing,
+            b.bytes >> 20,
+            b.runs
+        ),
+        None => "-".into(),
+    }
 }
 
 fn mib(bytes: u64) -> String {
@@ -34,7 +91,7 @@ fn yes(b: bool) -> String {
 }
 
 /// The devices as a table: one row per property, one column per device.
-pub fn table(devices: &[DeviceInfo]) -> String {
+pub fn table(devices: &[DeviceInfo], probes: &[Option<Bandwidth>]) -> String {
     type Row = (&'static str, fn(&DeviceInfo) -> String);
     let rows: &[Row] = &[
         ("name", |d| d.name.clone()),
@@ -71,6 +128,7 @@ pub fn table(devices: &[DeviceInfo]) -> String {
         }),
         ("subgroup size", |d| d.subgroup_size.to_string()),
         ("subgroup arithmetic", |d| yes(d.subgroup_arithmetic)),
+        ("subgroup shuffle", |d| yes(d.subgroup_shuffle)),
         ("16-bit storage", |d| yes(d.storage_buffer_16bit)),
         ("float16 arithmetic", |d| yes(d.shader_float16)),
         ("host query reset", |d| yes(d.host_query_reset)),
@@ -96,6 +154,20 @@ pub fn table(devices: &[DeviceInfo]) -> String {
                 .chain(devices.iter().map(f))
                 .collect(),
         );
+    }
+    if probes.iter().any(Option::is_some) {
+        type Probe = (&'static str, fn(&Bandwidth) -> f64);
+        let probe_rows: [Probe; 2] = [
+            ("read bandwidth", |b| b.read_gbps),
+            ("copy bandwidth (read + write)", |b| b.copy_gbps),
+        ];
+        for (name, f) in probe_rows {
+            cells.push(
+                std::iter::once(name.to_string())
+                    .chain(probes.iter().map(|b| gbps(b, f)))
+                    .collect(),
+            );
+        }
     }
     let cols = cells[0].len();
     let widths: Vec<usize> = (0..cols)
@@ -124,6 +196,8 @@ pub fn table(devices: &[DeviceInfo]) -> String {
     }
     if devices.is_empty() {
         out.push_str("no Vulkan devices found: run scripts/setup.sh to install lavapipe\n");
+    } else if probes.iter().all(Option::is_none) {
+        out.push_str("(--probe also measures each device's memory bandwidth)\n");
     }
     out
 }

@@ -75,6 +75,10 @@ pub struct GpuArgs {
     /// GPU timestamp level: off | token | region | dispatch.
     #[arg(long, value_enum, default_value = "token")]
     pub timestamps: Timestamps,
+    /// Skip the memory bandwidth probe (a fraction of a second at start-up); traces then leave
+    /// `memory_bandwidth_gbps` empty and reports show no share of bandwidth.
+    #[arg(long)]
+    pub no_probe: bool,
     #[command(flatten)]
     pub knobs: KnobArgs,
     #[command(flatten)]
@@ -82,16 +86,36 @@ pub struct GpuArgs {
 }
 
 impl GpuArgs {
+    /// Opens the device and, unless `--no-probe`, measures its memory bandwidth for the traces.
     pub fn open(&self) -> anyhow::Result<Gpu> {
-        Gpu::new(&GpuOptions {
+        let gpu = Gpu::new(&GpuOptions {
             device: self.device.clone(),
             validation: self.validation,
         })
-        .context("cannot open the Vulkan device")
+        .context("cannot open the Vulkan device")?;
+        if !self.no_probe {
+            probe_or_warn(&gpu);
+        }
+        Ok(gpu)
     }
 
     /// The knobs of preset `mode` with this command line's overrides.
     pub fn knobs(&self, mode: Mode) -> Knobs {
         self.knobs.resolve(mode)
+    }
+}
+
+/// Runs the bandwidth probe on `gpu`; a probe that fails costs the traces their bandwidth figure
+/// (a warning says why), not the run.
+pub fn probe_or_warn(gpu: &Gpu) -> Option<crate::vk::Bandwidth> {
+    match crate::probe::measure(gpu, crate::probe::ProbeOptions::default()) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!(
+                "warning: the memory bandwidth probe failed on {} ({e}); traces leave memory_bandwidth_gbps empty (--no-probe skips it)",
+                gpu.info().name
+            );
+            None
+        }
     }
 }

@@ -9,6 +9,7 @@ pub mod export_gguf;
 pub mod gpu;
 pub mod import_gguf;
 pub mod peer;
+pub mod plot;
 pub mod run;
 pub mod selfcheck;
 pub mod synth;
@@ -33,6 +34,8 @@ pub enum Command {
     Capture(capture::Args),
     /// Capture a sweep of knob settings (both presets, optionally every single-knob flip).
     Bench(bench::Args),
+    /// Draw the PNG plots of a `decoder bench` result (bench.json) again.
+    Plot(plot::Args),
     /// Check the first kernel and both presets against the CPU reference on this device.
     Selfcheck(selfcheck::Args),
     /// Write a synthetic Hugging Face checkpoint with deterministic random weights.
@@ -49,6 +52,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Run(a) => run::run(a),
         Command::Capture(a) => capture::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Plot(a) => plot::run(a),
         Command::Selfcheck(a) => selfcheck::run(a),
         Command::Synth(a) => synth::run(a),
         Command::ImportGguf(a) => import_gguf::run(a),

@@ -411,7 +411,10 @@ impl Lower<'_> {
             // Four subgroups (at least 64 invocations) per workgroup, one split each.
             let sg = self.t.attn_sg;
             let wg = (4 * sg).max(64);
-            let sp = Self::kv_spec(&geo, &[wg, 0, sg]);
+            let sp = Self::kv_spec(
+                &geo,
+                &[wg, self.t.attn_kcoop, sg, self.t.attn_unroll.min(sg)],
+            );
             (Shader::AttnSplitSg, sp, splits.div_ceil(wg / sg))
         } else {
             let sp = Self::kv_spec(

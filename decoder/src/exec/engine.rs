@@ -207,7 +207,10 @@ impl Engine {
             opts.max_seq,
             shape.kv_heads,
         )
-        .with_subgroups(info.subgroup_size, info.subgroup_arithmetic);
+        .with_subgroups(
+            info.subgroup_size,
+            info.subgroup_arithmetic && info.subgroup_shuffle,
+        );
         let tuning = match std::env::var("DECODESCOPE_TUNING") {
             Ok(spec) => tuning.with_overrides(&spec).map_err(anyhow::Error::msg)?,
             Err(_) => tuning,

@@ -107,13 +107,19 @@ pub struct Tuning {
     pub attn_sg: u32,
     /// Query rows per `attn_prefill` workgroup (16 or 32).
     pub prefill_max_r: u32,
+    /// Loads in flight per lane in `attn_split_sg`'s K and V loops (8, 16 or 32; at most the
+    /// subgroup size).
+    pub attn_unroll: u32,
+    /// 1: `attn_split_sg` reads each K row with 8 lanes (coalesced) instead of one lane per
+    /// position.
+    pub attn_kcoop: u32,
 }
 
 impl Tuning {
-    /// Uses the subgroup decode attention when the device has subgroup arithmetic with
-    /// subgroups of `subgroup` lanes (8 to 128, a power of two).
-    pub fn with_subgroups(mut self, subgroup: u32, arithmetic: bool) -> Tuning {
-        if arithmetic && subgroup.is_power_of_two() && (8..=128).contains(&subgroup) {
+    /// Uses the subgroup decode attention when the device has subgroup arithmetic and shuffles
+    /// (`ops`) with subgroups of `subgroup` lanes (8 to 128, a power of two).
+    pub fn with_subgroups(mut self, subgroup: u32, ops: bool) -> Tuning {
+        if ops && subgroup.is_power_of_two() && (8..=128).contains(&subgroup) {
             self.attn_sg = subgroup;
         }
         self
@@ -132,25 +138,27 @@ impl Tuning {
             })?;
             match key {
                 "attn_wg" if v.is_power_of_two() && (32..=1024).contains(&v) => self.attn_wg = v,
-                "n_splits" if (1..=256).contains(&v) => self.n_splits = v,
+                "n_splits" if (1..=1024).contains(&v) => self.n_splits = v,
                 "attn_tile" if v == 16 || v == 32 => self.attn_tile = v,
                 "attn_prefetch" if v <= 1 => self.attn_prefetch = v,
                 "attn_sg" if v == 0 || (v.is_power_of_two() && (8..=128).contains(&v)) => {
                     self.attn_sg = v
                 }
                 "prefill_max_r" if v == 16 || v == 32 => self.prefill_max_r = v,
+                "attn_unroll" if v == 8 || v == 16 || v == 32 => self.attn_unroll = v,
+                "attn_kcoop" if v <= 1 => self.attn_kcoop = v,
                 "attn_wg" | "n_splits" | "attn_tile" | "attn_prefetch" | "attn_sg"
-                | "prefill_max_r" => {
+                | "prefill_max_r" | "attn_unroll" | "attn_kcoop" => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: {key}={v} is out of range (attn_wg: a power of two \
-                         from 32 to 1024, n_splits: 1 to 256, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
-                         the device's subgroup size, prefill_max_r: 16 or 32)"
+                         from 32 to 1024, n_splits: 1 to 1024, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
+                         the device's subgroup size, prefill_max_r: 16 or 32, attn_unroll: 8, 16 or 32, attn_kcoop: 0 or 1)"
                     ));
                 }
                 _ => {
                     return Err(format!(
-                        "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch, attn_sg or \
-                         prefill_max_r)"
+                        "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch, attn_sg, \
+                         prefill_max_r, attn_unroll or attn_kcoop)"
                     ));
                 }
             }
@@ -202,6 +210,10 @@ impl Tuning {
                 // 16 query rows per group: 1157 prompt tokens/s at 16K on an H100 against
                 // 904 with 32 (chunks of 2048, `scripts/device/tune.sh`).
                 prefill_max_r: 16,
+                attn_unroll: 8,
+                // Eight lanes per K row: attention at 16K on an H100 from 2889 to 1807 us per
+                // token (the one-lane-per-row loads are 2 KiB apart across the subgroup).
+                attn_kcoop: 1,
             }
         } else {
             // CPU drivers (lavapipe) and narrow subgroups.
@@ -219,6 +231,8 @@ impl Tuning {
                 attn_prefetch: 0,
                 attn_sg: 0,
                 prefill_max_r: 16,
+                attn_unroll: 8,
+                attn_kcoop: 0,
             }
         }
     }

@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     pub debug_device: Option<ash::ext::debug_utils::Device>,
     pub push_descriptor: Option<ash::khr::push_descriptor::Device>,
     pub calibrator: Option<Calibrator>,
+    /// The bandwidth probe's figures once measured on this device (`decoder::probe`).
+    pub bandwidth: std::sync::OnceLock<Bandwidth>,
 }
 
 impl Drop for Shared {
@@ -91,6 +93,22 @@ impl Drop for Shared {
             self.instance.destroy_instance(None);
         }
     }
+}
+
+/// What the bandwidth probe measured on a device, in GB/s (10^9 bytes per second).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Bandwidth {
+    /// Bytes a compute kernel reads per second (the decode roofline's denominator).
+    pub read_gbps: f64,
+    /// Bytes `vkCmdCopyBuffer` moves per second, counting each byte read and written once
+    /// (memory traffic: twice the bytes copied).
+    pub copy_gbps: f64,
+    /// Size of the buffer each run read or copied.
+    pub bytes: u64,
+    /// Runs after the warm-up; the figures are the best run's.
+    pub runs: u32,
+    /// `gpu-timestamps` or `host-wall` (a device without compute-queue timestamps).
+    pub timing: &'static str,
 }
 
 /// An opened Vulkan device with its queues, allocator and pipeline cache.
@@ -470,6 +488,16 @@ impl Gpu {
         }))
     }
 
+    /// The bandwidth probe's figures, once `decoder::probe` has measured this device.
+    pub fn bandwidth(&self) -> Option<Bandwidth> {
+        self.shared.bandwidth.get().copied()
+    }
+
+    /// Keeps the probe's figures for the traces this device's runs write (the first one stays).
+    pub fn set_bandwidth(&self, b: Bandwidth) {
+        let _ = self.shared.bandwidth.set(b);
+    }
+
     /// Waits until the device has finished all work.
     pub fn wait_idle(&self) -> VkResult<()> {
         // SAFETY: the device is alive.
@@ -531,6 +559,7 @@ impl DeviceParts {
                 debug_device: self.debug_device,
                 push_descriptor: self.push_descriptor,
                 calibrator: self.calibrator,
+                bandwidth: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -33,6 +33,8 @@ pub struct DeviceInfo {
     pub subgroup_size: u32,
     /// Subgroup arithmetic (subgroupAdd, subgroupMax) in compute shaders.
     pub subgroup_arithmetic: bool,
+    /// Subgroup shuffles (subgroupShuffleXor) in compute shaders.
+    pub subgroup_shuffle: bool,
     pub storage_buffer_16bit: bool,
     pub shader_float16: bool,
     pub host_query_reset: bool,
@@ -182,6 +184,10 @@ pub(crate) fn probe(
             && p11
                 .subgroup_supported_operations
                 .contains(vk::SubgroupFeatureFlags::ARITHMETIC | vk::SubgroupFeatureFlags::BASIC);
+        let subgroup_shuffle = subgroup_arithmetic
+            && p11
+                .subgroup_supported_operations
+                .contains(vk::SubgroupFeatureFlags::SHUFFLE);
 
         let info = DeviceInfo {
             index,
@@ -206,6 +212,7 @@ pub(crate) fn probe(
             max_push_descriptors: push.max_push_descriptors,
             subgroup_size: p11.subgroup_size,
             subgroup_arithmetic,
+            subgroup_shuffle,
             storage_buffer_16bit: f11.storage_buffer16_bit_access == vk::TRUE,
             shader_float16: f12.shader_float16 == vk::TRUE,
             host_query_reset: f12.host_query_reset == vk::TRUE,

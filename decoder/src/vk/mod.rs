@@ -22,7 +22,7 @@ mod recorder;
 
 pub use buffer::{Buffer, BufferDesc, Memory};
 pub use clock::host_now_ns;
-pub use context::{Calibration, Gpu, GpuOptions, ValidationLog, list_devices};
+pub use context::{Bandwidth, Calibration, Gpu, GpuOptions, ValidationLog, list_devices};
 pub use error::{VkError, VkResult};
 pub use info::DeviceInfo;
 pub use pipeline::{Pipeline, PipelineDesc, SPEC_CONSTANTS};
