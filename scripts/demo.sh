@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 source scripts/env.sh
 echo "building (the first build compiles shaderc from source: about 10 minutes on 2 cores)"
-cargo build -p decoder -p profiler --quiet
+cargo build -p decoder -p profiler -p decodescope-layer --quiet  # the layer: for `profiler record`
 "$DECODER" devices
 out=results/demo
 mkdir -p "$out"

@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-cargo build --workspace --bins --quiet
+# Every binary and the capture layer's library (a cdylib, which --bins would skip), so that
+# `profiler record` finds libdecodescope_layer.so beside itself.
+cargo build --workspace --quiet
 ./scripts/fetch-smollm2.sh "$DECODER"
 cargo test --workspace
 ./scripts/ci-gates.sh
