@@ -8,8 +8,8 @@
 #
 # Uses $PROFILER and $DECODER (default: the debug builds in $CARGO_TARGET_DIR) and the layer
 # beside the profiler. The decoder runs with its own timestamps off, so every GPU timestamp in
-# the run is the layer's. Each cell is the median of REPEATS runs (the machine is shared: read
-# differences of a few percent as noise).
+# the run is the layer's. Each cell is the median of REPEATS runs, the levels taking turns (the
+# machine is shared: read differences of a few percent as noise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profiler=${PROFILER:-}
@@ -39,14 +39,15 @@ median() {
   sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 
+levels=(none off submit command-buffer dispatch)
 echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer |"
 echo "|---|---|---|---|---|---|"
 for mode in fused generic; do
-  base=
-  base_enqueue=
-  for level in none off submit command-buffer dispatch; do
-    runs=()
-    for _ in $(seq "$repeats"); do
+  # Repeats outside, levels inside: a slow drift of the shared machine's load reaches every
+  # level alike instead of one level's whole block of runs.
+  declare -A runs=()
+  for rep in $(seq "$repeats"); do
+    for level in "${levels[@]}"; do
       args=(capture --model "$model" --mode "$mode" --timestamps off --max-tokens "$tokens"
         --out "$work/own.json")
       if [[ $level == none ]]; then
@@ -55,14 +56,20 @@ for mode in fused generic; do
         "$PROFILER" record --timestamps "$level" --out "$work/layer.json" -- \
           "$DECODER" "${args[@]}" >/dev/null 2>&1
       fi
-      runs+=("$(medians "$work/own.json")")
+      runs[$level.$rep]=$(medians "$work/own.json")
     done
-    us=$(printf '%s\n' "${runs[@]}" | cut -d' ' -f1 | median)
-    enqueue=$(printf '%s\n' "${runs[@]}" | cut -d' ' -f2 | median)
+  done
+  base=
+  base_enqueue=
+  for level in "${levels[@]}"; do
+    mine=$(for rep in $(seq "$repeats"); do echo "${runs[$level.$rep]}"; done)
+    us=$(cut -d' ' -f1 <<<"$mine" | median)
+    enqueue=$(cut -d' ' -f2 <<<"$mine" | median)
     base=${base:-$us}
     base_enqueue=${base_enqueue:-$enqueue}
     rel=$(awk -v a="$us" -v b="$base" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
     rel_enqueue=$(awk -v a="$enqueue" -v b="$base_enqueue" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
     printf '| %s | %s | %.0f | %s | %.0f | %s |\n' "$mode" "$level" "$us" "$rel" "$enqueue" "$rel_enqueue"
   done
+  unset runs
 done
