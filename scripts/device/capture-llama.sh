@@ -7,8 +7,10 @@
 #   scripts/device/capture-llama.sh OUT_DIR
 #
 # Expects .device-bin/profiler, .device-bin/libdecodescope_layer.so and .device-bin/decoder
-# (override with PROFILER, LAYER, DECODER) and llama-server unpacked at $LLAMA_SERVER (default
-# /tmp/llama: the folder holding llama-server and its libraries). python3 drives the server.
+# (override with PROFILER, LAYER, DECODER; `profiler record --layer` writes the layer's manifest
+# itself) and llama-server unpacked at $LLAMA_SERVER (default /tmp/llama: the folder holding
+# llama-server and its libraries, unpacked from .device-bin/llama.tar.xz when that is there and
+# /tmp/llama is not). python3 drives the server.
 #
 # 1. `decoder export-gguf` writes $MODEL (default qwen3-0.6b, synthesized on first use) as GGUF.
 # 2. llama-server answers one /completion request: a prompt of $CONTEXT token ids (default 512),
@@ -35,6 +37,9 @@ n_predict=${N_PREDICT:-64}
 levels=${LEVELS:-off submit command-buffer dispatch}
 work=${WORK:-/tmp/capture-llama}
 
+if [[ -z ${LLAMA_SERVER:-} && ! -e $llama/llama-server && -f $bin/llama.tar.xz ]]; then
+  tar -xJf "$bin/llama.tar.xz" -C "$(dirname "$llama")"
+fi
 for f in "$profiler" "$layer" "$decoder" "$llama/llama-server"; do
   if [[ ! -e $f ]]; then
     echo "capture-llama: $f is missing (see the header of $0)" >&2
@@ -67,9 +72,9 @@ serve() {
       -- "${server[@]}" >"$log" 2>&1 &
   fi
   pid=$!
-  if ! python3 - "$port" "$context" "$n_predict" "$work/llama-$level.timings.json" "$pid" <<'PY'
-import json, os, sys, time, urllib.request
-port, context, n_predict, dest, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+  if ! python3 - "$port" "$context" "$n_predict" "$work/llama-$level.timings.json" "$pid" "$log" <<'PY'
+import json, os, re, sys, time, urllib.error, urllib.request
+port, context, n_predict, dest, pid, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
 base = f"http://127.0.0.1:{port}"
 deadline = time.time() + 900
 while True:
@@ -92,8 +97,27 @@ body = json.dumps({"prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
                    "temperature": 0.0, "top_k": 1, "cache_prompt": False, "return_tokens": True,
                    "stream": False}).encode()
 req = urllib.request.Request(base + "/completion", body, {"Content-Type": "application/json"})
-with urllib.request.urlopen(req, timeout=3600) as r:
-    answer = json.load(r)
+try:
+    with urllib.request.urlopen(req, timeout=3600) as r:
+        answer = json.load(r)
+except urllib.error.HTTPError as e:
+    # A synthetic model's random text can end inside a UTF-8 character; this llama-server then
+    # answers 500 ("does not match the expected Content-only format") after generating every
+    # token. Its log still has the timings of the run: read them there.
+    text = e.read().decode("utf-8", "replace")
+    if e.code != 500 or "Content-only format" not in text:
+        raise
+    time.sleep(0.5)
+    found = re.findall(r"\|\s+eval time =\s+([\d.]+) ms /\s+(\d+) tokens \(.*?([\d.]+) tokens per second\)",
+                       open(log, errors="replace").read())
+    if not found:
+        sys.exit(f"llama-server answered 500 ({text}) and its log has no eval timings")
+    ms, n, per_s = found[-1]
+    answer = {"timings": {"predicted_ms": float(ms), "predicted_n": int(n),
+                          "predicted_per_second": float(per_s), "from_log": True},
+              "tokens_predicted": int(n)}
+if answer.get("tokens_predicted") != n_predict:
+    sys.exit(f"llama-server predicted {answer.get('tokens_predicted')} tokens, not {n_predict}")
 json.dump({"timings": answer["timings"], "tokens_predicted": answer.get("tokens_predicted")},
           open(dest, "w"))
 print(f"llama-server: {answer['timings']['predicted_per_second']:.2f} tokens/s")
@@ -146,11 +170,14 @@ if first:
     rows["llama.cpp"] = summary(f"{work}/llama-{first}.json")
 rows["decoder generic"] = summary(f"{work}/decoder/generic.json")
 rows["decoder fused"] = summary(f"{work}/decoder/fused.json")
-speed = {}
+speed, from_log = {}, []
 for l in ["none"] + levels:
     p = f"{work}/llama-{l}.timings.json"
     if os.path.exists(p):
-        speed[l] = json.load(open(p))["timings"]["predicted_per_second"]
+        timings = json.load(open(p))["timings"]
+        speed[l] = timings["predicted_per_second"]
+        if timings.get("from_log"):
+            from_log.append(l)
 steps = {l: summary(f"{work}/llama-{l}.json")["decode_steps"] for l in levels
          if os.path.exists(f"{work}/llama-{l}.json")}
 device = rows["decoder fused"]["device"]
@@ -167,6 +194,9 @@ base = speed.get("none")
 for l, v in speed.items():
     rel = f"{(v / base - 1) * 100:+.1f}%" if base else "-"
     md.append(f"| {l} | {v:.2f} | {rel} | {steps.get(l, '-')} |")
+if from_log:
+    md += ["", f"Tokens/s at {', '.join(from_log)} read from llama-server's log (it answered HTTP 500 "
+           "after generating: the random text ended inside a UTF-8 character)."]
 if first:
     md += ["", f"Step rule ({first}): {rows['llama.cpp']['step_rule']}"]
 open(f"{out}/capture-llama.md", "w").write("\n".join(md) + "\n")
