@@ -58,13 +58,19 @@ pub struct EngineOptions {
     pub logits_readback: bool,
 }
 
-/// A GPU timestamp span of a prepared program: an op, the steps it covers, its two queries.
+/// A GPU timestamp span of a prepared program: an op, the steps it covers, and the queries of
+/// its start and end. A span that follows another in the same command buffer starts at that
+/// one's end query (one timestamp per boundary instead of two: every timestamp costs GPU time,
+/// and the work between them is serialized by the barriers anyway).
 #[derive(Clone, Debug)]
 struct SpanDef {
     op: u32,
     first: usize,
     last: usize,
-    query: u32,
+    start_q: u32,
+    end_q: u32,
+    /// Whether `start_q` is this span's own query (false: the previous span's end).
+    own_start: bool,
 }
 
 /// A lowered program ready to run: its steps split into submit chunks, its descriptor sets when
@@ -764,7 +770,9 @@ impl Engine {
                         op,
                         first,
                         last,
-                        query: 0,
+                        start_q: 0,
+                        end_q: 0,
+                        own_start: true,
                     });
                 }
             }
@@ -782,7 +790,9 @@ impl Engine {
                         op,
                         first: gpu_steps[j],
                         last: gpu_steps[e],
-                        query: 2 * spans.len() as u32,
+                        start_q: 0,
+                        end_q: 0,
+                        own_start: true,
                     });
                     j = e + 1;
                 }
@@ -794,7 +804,9 @@ impl Engine {
                         op,
                         first: i,
                         last: i,
-                        query: 2 * spans.len() as u32,
+                        start_q: 0,
+                        end_q: 0,
+                        own_start: true,
                     });
                 }
             }
@@ -804,17 +816,18 @@ impl Engine {
                 self.op_id(s);
             }
         }
-        let queries = if spans.is_empty() {
-            None
-        } else {
-            Some(self.rec.create_query_pool(2 * spans.len() as u32)?)
-        };
         let mut chunk_of_step = vec![0u32; steps.len()];
         for (c, (_, range)) in chunks.iter().enumerate() {
             for i in range.clone() {
                 chunk_of_step[i] = c as u32;
             }
         }
+        let n_queries = assign_queries(&mut spans, &gpu_steps, &chunk_of_step);
+        let queries = if spans.is_empty() {
+            None
+        } else {
+            Some(self.rec.create_query_pool(n_queries)?)
+        };
         let host_reads = |buf: Buf| {
             steps.iter().any(|s| {
                 matches!(s.action, Action::HostRead)
@@ -1044,7 +1057,9 @@ impl Engine {
             }
             if let Some(q) = &p.queries {
                 for s in p.spans.iter().filter(|s| s.first == i) {
-                    rec.write_timestamp(cmd, q, s.query, true);
+                    if s.own_start {
+                        rec.write_timestamp(cmd, q, s.start_q, true);
+                    }
                 }
             }
             rec.begin_label(cmd, &step.label);
@@ -1089,7 +1104,7 @@ impl Engine {
             }
             if let Some(q) = &p.queries {
                 for s in p.spans.iter().filter(|s| s.last == i) {
-                    rec.write_timestamp(cmd, q, s.query + 1, false);
+                    rec.write_timestamp(cmd, q, s.end_q, false);
                 }
             }
         }
@@ -1414,7 +1429,7 @@ impl Engine {
             let last_end = p
                 .spans
                 .iter()
-                .map(|s| ns(raw[s.query as usize + 1]))
+                .map(|s| ns(raw[s.end_q as usize]))
                 .max()
                 .unwrap_or(0);
             last_end - wait_end as i64
@@ -1424,8 +1439,8 @@ impl Engine {
             .spans
             .iter()
             .map(|s| {
-                let a = ns(raw[s.query as usize]) - offset - epoch;
-                let b = ns(raw[s.query as usize + 1]) - offset - epoch;
+                let a = ns(raw[s.start_q as usize]) - offset - epoch;
+                let b = ns(raw[s.end_q as usize]) - offset - epoch;
                 let start = a.max(start_ns as i64 - epoch).max(0) as u64;
                 let end = (b.max(a)).max(0) as u64;
                 GpuSpan(
@@ -1544,5 +1559,72 @@ impl BatchBackend for Engine {
             check_logits(want_logits, o)?;
         }
         Ok(outs)
+    }
+}
+
+/// Numbers the start and end queries of `spans` (in step order) and returns how many there are.
+/// A span whose first GPU step directly follows the previous span's last one in the same command
+/// buffer shares that span's end query as its start.
+fn assign_queries(spans: &mut [SpanDef], gpu_steps: &[usize], chunk_of_step: &[u32]) -> u32 {
+    let mut next = 0u32;
+    let mut prev: Option<(usize, u32)> = None;
+    for s in spans.iter_mut() {
+        let follows = prev.is_some_and(|(last, _)| {
+            let after = gpu_steps.partition_point(|&g| g <= last);
+            gpu_steps.get(after) == Some(&s.first) && chunk_of_step[last] == chunk_of_step[s.first]
+        });
+        s.own_start = !follows;
+        s.start_q = match prev {
+            Some((_, end_q)) if follows => end_q,
+            _ => {
+                next += 1;
+                next - 1
+            }
+        };
+        s.end_q = next;
+        next += 1;
+        prev = Some((s.last, s.end_q));
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(first: usize, last: usize) -> SpanDef {
+        SpanDef {
+            op: 0,
+            first,
+            last,
+            start_q: 0,
+            end_q: 0,
+            own_start: true,
+        }
+    }
+
+    #[test]
+    fn adjacent_spans_in_one_command_buffer_share_a_boundary_query() {
+        // GPU steps 0, 1, 3, 4, 5 (step 2 is a host read); steps 0-3 in command buffer 0,
+        // 4-5 in command buffer 1.
+        let gpu = [0, 1, 3, 4, 5];
+        let chunk = [0, 0, 0, 0, 1, 1];
+        let mut spans = vec![span(0, 0), span(1, 3), span(4, 4), span(5, 5)];
+        let n = assign_queries(&mut spans, &gpu, &chunk);
+        let got: Vec<(u32, u32, bool)> = spans
+            .iter()
+            .map(|s| (s.start_q, s.end_q, s.own_start))
+            .collect();
+        // The second span follows the first; the third starts a new command buffer; the fourth
+        // follows the third.
+        assert_eq!(
+            got,
+            [(0, 1, true), (1, 2, false), (3, 4, true), (4, 5, false)]
+        );
+        assert_eq!(n, 6);
+        // Spans with a GPU step between them that no span covers do not share.
+        let mut spans = vec![span(0, 0), span(3, 3)];
+        assert_eq!(assign_queries(&mut spans, &gpu, &chunk), 4);
+        assert!(spans[1].own_start);
     }
 }
