@@ -38,7 +38,9 @@ levels=${LEVELS:-off submit command-buffer dispatch}
 work=${WORK:-/tmp/capture-llama}
 
 if [[ -z ${LLAMA_SERVER:-} && ! -e $llama/llama-server && -f $bin/llama.tar.xz ]]; then
-  tar -xJf "$bin/llama.tar.xz" -C "$(dirname "$llama")"
+  # The archive holds one folder (its name varies: bin/, llama/) with llama-server in it.
+  mkdir -p "$llama"
+  tar -xJf "$bin/llama.tar.xz" -C "$llama" --strip-components=1
 fi
 for f in "$profiler" "$layer" "$decoder" "$llama/llama-server"; do
   if [[ ! -e $f ]]; then
