@@ -14,8 +14,9 @@
 #
 # 1. `decoder export-gguf` writes $MODEL (default qwen3-0.6b, synthesized on first use) as GGUF.
 # 2. llama-server answers one /completion request: a prompt of $CONTEXT token ids (default 512),
-#    $N_PREDICT tokens (default 64), ignore_eos, temperature 0; once without the layer and once
-#    under `profiler record` at each of $LEVELS (default: off submit command-buffer dispatch).
+#    $N_PREDICT tokens (default 64), ignore_eos, temperature 0; without the layer and under
+#    `profiler record` at each of $LEVELS (default: off submit command-buffer dispatch), after one
+#    untimed warm-up run, in $REPEATS (default 3) interleaved rounds.
 # 3. `decoder capture --mode both` at the same context and length.
 # 4. OUT_DIR/capture-llama.md and .json: submits, barriers, descriptor writes and dispatches per
 #    decode token (median over decode steps, the first 2 skipped) of llama.cpp and both presets,
@@ -35,6 +36,7 @@ model=${MODEL:-qwen3-0.6b}
 context=${CONTEXT:-512}
 n_predict=${N_PREDICT:-64}
 levels=${LEVELS:-off submit command-buffer dispatch}
+repeats=${REPEATS:-3}
 work=${WORK:-/tmp/capture-llama}
 
 if [[ -z ${LLAMA_SERVER:-} && ! -e $llama/llama-server && -f $bin/llama.tar.xz ]]; then
@@ -60,9 +62,10 @@ export LD_LIBRARY_PATH="$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 gguf=$work/$model.gguf
 [[ -f $gguf ]] || "$decoder" export-gguf "$model" --out "$gguf"
 
-# One llama-server run: $1 = none or a timestamp level.
+# One llama-server run: $1 = none or a timestamp level, $2 = the run's tag (its timings go to
+# llama-$2.timings.json).
 serve() {
-  local level=$1 port log pid
+  local level=$1 tag=$2 port log pid
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   log=$work/llama-$level.log
   local server=("$llama/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port"
@@ -74,7 +77,7 @@ serve() {
       -- "${server[@]}" >"$log" 2>&1 &
   fi
   pid=$!
-  if ! python3 - "$port" "$context" "$n_predict" "$work/llama-$level.timings.json" "$pid" "$log" <<'PY'
+  if ! python3 - "$port" "$context" "$n_predict" "$work/llama-$tag.timings.json" "$pid" "$log" <<'PY'
 import json, os, re, sys, time, urllib.error, urllib.request
 port, context, n_predict, dest, pid, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
 base = f"http://127.0.0.1:{port}"
@@ -136,16 +139,20 @@ PY
   tail -n 2 "$log"
 }
 
-serve none
-for level in $levels; do
-  serve "$level"
+# A first run that is not timed (the driver compiles llama.cpp's pipelines into its cache), then
+# $REPEATS rounds that run every configuration once each, interleaved, so drift hits them alike.
+serve none warmup
+for k in $(seq "$repeats"); do
+  for level in none $levels; do
+    serve "$level" "$level-$k"
+  done
 done
 "$decoder" capture --model "$model" --mode both --context "$context" \
   --max-tokens "$n_predict" --out "$work/decoder"
 
-python3 - "$work" "$out" "$levels" "$model" "$context" "$n_predict" <<'PY'
+python3 - "$work" "$out" "$levels" "$model" "$context" "$n_predict" "$repeats" <<'PY'
 import json, os, statistics, sys
-work, out, levels, model, context, n_predict = sys.argv[1:7]
+work, out, levels, model, context, n_predict, repeats = sys.argv[1:8]
 levels = levels.split()
 
 def summary(path, skip=2):
@@ -172,14 +179,19 @@ if first:
     rows["llama.cpp"] = summary(f"{work}/llama-{first}.json")
 rows["decoder generic"] = summary(f"{work}/decoder/generic.json")
 rows["decoder fused"] = summary(f"{work}/decoder/fused.json")
-speed, from_log = {}, []
+speed, spread, from_log = {}, {}, []
 for l in ["none"] + levels:
-    p = f"{work}/llama-{l}.timings.json"
-    if os.path.exists(p):
-        timings = json.load(open(p))["timings"]
-        speed[l] = timings["predicted_per_second"]
-        if timings.get("from_log"):
-            from_log.append(l)
+    runs = []
+    for k in range(1, int(repeats) + 1):
+        p = f"{work}/llama-{l}-{k}.timings.json"
+        if os.path.exists(p):
+            timings = json.load(open(p))["timings"]
+            runs.append(timings["predicted_per_second"])
+            if timings.get("from_log") and l not in from_log:
+                from_log.append(l)
+    if runs:
+        speed[l] = statistics.median(runs)
+        spread[l] = (min(runs), max(runs))
 steps = {l: summary(f"{work}/llama-{l}.json")["decode_steps"] for l in levels
          if os.path.exists(f"{work}/llama-{l}.json")}
 device = rows["decoder fused"]["device"]
@@ -190,12 +202,14 @@ md = [f"# llama.cpp under the capture layer: {model}, context {context}, {n_pred
 for name, r in rows.items():
     md.append(f"| {name} | {r['decode_steps']} | {r['submits']:g} | {r['barriers']:g} | "
               f"{r['descriptor_writes']:g} | {r['dispatches']:g} | {r['wall_us']:.0f} |")
-md += ["", "llama-server tokens/s (its own timings) at each layer timestamp level:", "",
-       "| layer | tokens/s | vs no layer | decode steps found |", "|---|---|---|---|"]
+md += ["", f"llama-server tokens/s (its own timings; the median of {repeats} interleaved runs after an "
+       "untimed warm-up) at each layer timestamp level:", "",
+       "| layer | tokens/s | min - max | vs no layer | decode steps found |", "|---|---|---|---|---|"]
 base = speed.get("none")
 for l, v in speed.items():
     rel = f"{(v / base - 1) * 100:+.1f}%" if base else "-"
-    md.append(f"| {l} | {v:.2f} | {rel} | {steps.get(l, '-')} |")
+    lo, hi = spread[l]
+    md.append(f"| {l} | {v:.2f} | {lo:.2f} - {hi:.2f} | {rel} | {steps.get(l, '-')} |")
 if from_log:
     md += ["", f"Tokens/s at {', '.join(from_log)} read from llama-server's log (it answered HTTP 500 "
            "after generating: the random text ended inside a UTF-8 character)."]
@@ -203,7 +217,8 @@ if first:
     md += ["", f"Step rule ({first}): {rows['llama.cpp']['step_rule']}"]
 open(f"{out}/capture-llama.md", "w").write("\n".join(md) + "\n")
 json.dump({"model": model, "context": int(context), "n_predict": int(n_predict),
-           "per_token": rows, "llama_tokens_per_s": speed, "llama_decode_steps": steps},
+           "repeats": int(repeats), "per_token": rows, "llama_tokens_per_s": speed,
+           "llama_tokens_per_s_range": spread, "llama_decode_steps": steps},
           open(f"{out}/capture-llama.json", "w"), indent=1)
 print("\n".join(md))
 PY
