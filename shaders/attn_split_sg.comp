@@ -45,7 +45,8 @@ const uint NSG = WG / SG;
 layout(constant_id = 3) const uint UNROLL = 8;
 // 1: the K loop reads each K row with LP lanes (coalesced: a load instruction covers SG / LP
 // whole rows) and sums the dot products over those lanes with subgroupShuffleXor; 0: each lane
-// reads its own position's whole row. 1 needs SG >= LP.
+// reads its own position's whole row; 2: as 1, with all SG rows' loads issued before the first
+// dot product. 1 and 2 need SG >= LP.
 layout(constant_id = 1) const uint KCOOP = 0;
 const uint LP = 8;
 // vec4 columns per lane when LP lanes share a row.
@@ -122,7 +123,41 @@ void main() {
         uint slot = kv_slot(seq, valid ? pos : t0);
         float s[MAX_G];
         [[unroll]] for (uint g = 0; g < MAX_G; g++) s[g] = 0.0;
-        if (KCOOP == 1u) {
+        if (KCOOP == 2u) {
+            // As KCOOP 1, with every row's loads issued before the first dot product: one
+            // memory round trip for the SG rows instead of LP dependent ones (LP * CPL vec4
+            // registers per lane).
+            uint a = lane / LP;
+            uint b = lane - a * LP;
+            vec4 kv[LP * CPL];
+            [[unroll]] for (uint it = 0; it < LP; it++) {
+                uint kb = subgroupShuffle(slot, it * (SG / LP) + a) * row4 + kv_off;
+                [[unroll]] for (uint u = 0; u < CPL; u++) {
+                    uint c = b + u * LP;
+                    kv[it * CPL + u] = c < hd4 ? k_load4(kb + c) : vec4(0.0);
+                }
+            }
+            [[unroll]] for (uint it = 0; it < LP; it++) {
+                uint pj = it * (SG / LP) + a;
+                [[unroll]] for (uint g = 0; g < MAX_G; g++) {
+                    if (g < group) {
+                        float d = 0.0;
+                        [[unroll]] for (uint u = 0; u < CPL; u++) {
+                            d += dot(q_sh[g * MAX_HD4 + min(b + u * LP, MAX_HD4 - 1)], kv[it * CPL + u]);
+                        }
+                        d += subgroupShuffleXor(d, 1);
+                        d += subgroupShuffleXor(d, 2);
+                        d += subgroupShuffleXor(d, 4);
+                        if (b == 0) p_sh[pbase + g * SG + pj] = d;
+                    }
+                }
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            [[unroll]] for (uint g = 0; g < MAX_G; g++) {
+                if (g < group) s[g] = p_sh[pbase + g * SG + lane];
+            }
+        } else if (KCOOP == 1u) {
             // Iteration it: lanes a * LP .. a * LP + LP - 1 read position t0 + it * (SG / LP) + a,
             // lane b of them vec4 columns b, b + LP, ...; the cluster's sum is the score, which
             // its first lane stages in p_sh for the lane that owns the position.

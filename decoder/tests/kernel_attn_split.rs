@@ -48,7 +48,7 @@ fn kernels(gpu: &Gpu) -> Vec<SplitKernel> {
             .attn_sg;
     if sg > 0 {
         for unroll in [8, 16, 32].into_iter().filter(|&u| u <= sg) {
-            for kcoop in [0, 1] {
+            for kcoop in [0, 1, 2] {
                 k.push(SplitKernel::Subgroup(sg, unroll, kcoop));
             }
         }
