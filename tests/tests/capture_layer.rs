@@ -3,49 +3,13 @@
 //! the decoder's own trace of the same run, for both presets and single-knob settings, at every
 //! timestamp level of the layer. Then the bad inputs of `profiler record`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use profiler::{Phase, Trace};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A workspace binary (or the layer library) next to this test's own executable, built once per
-/// test run so that a stale one is never tested.
-fn built(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "decoder",
-                "-p",
-                "profiler",
-                "-p",
-                "decodescope-layer",
-            ])
-            .current_dir(root())
-            .status()
-            .expect("run cargo build");
-        assert!(
-            status.success(),
-            "building the decoder, the profiler and the layer failed"
-        );
-    });
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory");
-    let p = dir.join(name);
-    assert!(p.exists(), "{} is missing", p.display());
-    p
-}
+mod common;
+use common::built;
 
 const PROMPT: &str = "The capital of France is";
 const DECODE_TOKENS: &str = "6";

@@ -2,44 +2,11 @@
 //! worse knob fails the baseline gates with exit code 1 naming the metric, and a trace of another
 //! model is flagged as not comparable.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A workspace binary next to this test's own executable, built once per test run so that a
-/// stale binary is never tested.
-fn bin(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build", "--quiet", "-p", "decoder", "-p", "profiler", "--bins",
-            ])
-            .current_dir(root())
-            .status()
-            .expect("run cargo build");
-        assert!(
-            status.success(),
-            "building the decoder and profiler binaries failed"
-        );
-    });
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory");
-    let p = dir.join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: build it with `cargo build --workspace --bins`",
-        p.display()
-    );
-    p
-}
+mod common;
+use common::{built, root};
 
 /// Runs `decoder capture` with the CI's capture arguments (traces/capture.env) plus `extra`.
 fn capture(out: &Path, extra: &str) {
@@ -51,7 +18,7 @@ fn capture(out: &Path, extra: &str) {
         .arg("-c")
         .arg(script)
         .current_dir(root())
-        .env("DECODER", bin("decoder"))
+        .env("DECODER", built("decoder"))
         .output()
         .expect("run decoder capture");
     assert!(
@@ -62,7 +29,7 @@ fn capture(out: &Path, extra: &str) {
 }
 
 fn diff(a: &Path, b: &Path, args: &[&str]) -> Output {
-    Command::new(bin("profiler"))
+    Command::new(built("profiler"))
         .arg("diff")
         .arg(a)
         .arg(b)

@@ -14,40 +14,8 @@ use std::time::{Duration, Instant};
 
 use profiler::{Phase, Trace};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn built(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "decoder",
-                "-p",
-                "profiler",
-                "-p",
-                "decodescope-layer",
-            ])
-            .current_dir(root())
-            .status()
-            .expect("run cargo build");
-        assert!(
-            status.success(),
-            "building the binaries and the layer failed"
-        );
-    });
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory");
-    dir.join(name)
-}
+mod common;
+use common::{built, root};
 
 fn required() -> bool {
     std::env::var("DECODESCOPE_REQUIRE_LLAMA").is_ok_and(|v| v == "1")

@@ -1,0 +1,44 @@
+//! Helpers shared by the end-to-end tests: the workspace root and its freshly built binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A workspace binary or the capture layer's library, next to this test's own executable. The
+/// decoder, the profiler and the layer are built once per test run, so a stale one is never
+/// tested.
+pub fn built(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "decoder",
+                "-p",
+                "profiler",
+                "-p",
+                "decodescope-layer",
+            ])
+            .current_dir(root())
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "building the decoder, the profiler and the layer failed"
+        );
+    });
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let p = dir.join(name);
+    assert!(p.exists(), "{} is missing after the build", p.display());
+    p
+}
