@@ -553,7 +553,7 @@ pub fn build_trace(
             start,
             last.end_ns,
         );
-        let gpu_busy_ns = timestamps_on.then(|| union_ns(&gpu_spans));
+        let gpu_busy_ns = timestamps_on.then(|| crate::stats::union_ns(&gpu_spans));
         let position = match phase {
             Phase::Prefill => 0,
             Phase::Decode => {
@@ -709,28 +709,6 @@ fn place_gpu_spans(
         .collect();
     out.sort_by_key(|s| (s.1, s.0));
     out
-}
-
-/// The length of the union of the spans' intervals.
-fn union_ns(spans: &[GpuSpan]) -> u64 {
-    let mut v: Vec<(u64, u64)> = spans.iter().map(|s| (s.1, s.1 + s.2)).collect();
-    v.sort_unstable();
-    let mut busy = 0;
-    let mut cur: Option<(u64, u64)> = None;
-    for (a, b) in v {
-        cur = match cur {
-            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
-            Some((ca, cb)) => {
-                busy += cb - ca;
-                Some((a, b))
-            }
-            None => Some((a, b)),
-        };
-    }
-    if let Some((ca, cb)) = cur {
-        busy += cb - ca;
-    }
-    busy
 }
 
 #[cfg(test)]

@@ -1043,6 +1043,10 @@ impl Engine {
             track.clear();
         }
         let mut bound: Option<PipelineDesc> = None;
+        // The spans are in step order and do not overlap: cursors to the next one to open and
+        // to close, instead of a scan of every span at every step.
+        let mut open = p.spans.partition_point(|s| s.first < range.start);
+        let mut close = p.spans.partition_point(|s| s.last < range.start);
         for (j, i) in range.clone().enumerate() {
             let step = &p.steps[i];
             if barriers == Barriers::Tracked {
@@ -1056,7 +1060,8 @@ impl Engine {
                 continue;
             }
             if let Some(q) = &p.queries {
-                for s in p.spans.iter().filter(|s| s.first == i) {
+                while let Some(s) = p.spans.get(open).filter(|s| s.first == i) {
+                    open += 1;
                     if s.own_start {
                         rec.write_timestamp(cmd, q, s.start_q, true);
                     }
@@ -1103,7 +1108,8 @@ impl Engine {
                 rec.full_barrier(cmd);
             }
             if let Some(q) = &p.queries {
-                for s in p.spans.iter().filter(|s| s.last == i) {
+                while let Some(s) = p.spans.get(close).filter(|s| s.last == i) {
+                    close += 1;
                     rec.write_timestamp(cmd, q, s.end_q, false);
                 }
             }
@@ -1453,22 +1459,7 @@ impl Engine {
             })
             .collect();
         spans.sort_by_key(|s| s.1);
-        let mut busy = 0u64;
-        let mut cur: Option<(u64, u64)> = None;
-        for s in &spans {
-            let (a, b) = (s.1, s.1 + s.2);
-            cur = match cur {
-                Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
-                Some((ca, cb)) => {
-                    busy += cb - ca;
-                    Some((a, b))
-                }
-                None => Some((a, b)),
-            };
-        }
-        if let Some((ca, cb)) = cur {
-            busy += cb - ca;
-        }
+        let busy = profiler::stats::union_ns(&spans);
         (spans, Some(busy))
     }
 }
