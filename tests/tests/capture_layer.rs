@@ -194,13 +194,7 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
         dir.path().join("dispatch.layer.json"),
         dir.path().join("dispatch.own.json"),
     );
-    let stats = Command::new(built("profiler"))
-        .arg("stats")
-        .arg(&layer)
-        .output()
-        .expect("stats");
-    assert!(stats.status.success());
-    assert!(String::from_utf8_lossy(&stats.stdout).contains("dispatches"));
+    common::assert_stats_list_dispatches(&layer);
     let diff = Command::new(built("profiler"))
         .arg("diff")
         .arg(&own)

@@ -265,13 +265,7 @@ fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
         .output()
         .expect("decoder capture");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stats = Command::new(built("profiler"))
-        .arg("stats")
-        .arg(&out)
-        .output()
-        .expect("stats");
-    assert!(stats.status.success());
-    assert!(String::from_utf8_lossy(&stats.stdout).contains("dispatches"));
+    common::assert_stats_list_dispatches(&out);
     let diff = Command::new(built("profiler"))
         .arg("diff")
         .arg(&fused)

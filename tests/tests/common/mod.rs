@@ -42,3 +42,16 @@ pub fn built(name: &str) -> PathBuf {
     assert!(p.exists(), "{} is missing after the build", p.display());
     p
 }
+
+/// `profiler stats TRACE` exits 0 and its table lists the dispatches.
+// Each test binary compiles this module and uses some of it (ci_gates does not run stats).
+#[allow(dead_code)]
+pub fn assert_stats_list_dispatches(trace: &Path) {
+    let stats = Command::new(built("profiler"))
+        .arg("stats")
+        .arg(trace)
+        .output()
+        .expect("stats");
+    assert!(stats.status.success());
+    assert!(String::from_utf8_lossy(&stats.stdout).contains("dispatches"));
+}
