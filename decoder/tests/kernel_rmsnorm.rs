@@ -20,7 +20,7 @@ fn check(n: usize, rows: usize, wg: u32) {
             eps,
             pad0: 0,
         };
-        let mut spec = [0; 8];
+        let mut spec = [0; decoder::vk::SPEC_CONSTANTS];
         spec[0] = wg;
         let launch = Launch {
             shader: Shader::Rmsnorm,

@@ -13,7 +13,7 @@
 mod common;
 
 use decoder::exec::engine::{Engine, EngineOptions, Timestamps};
-use decoder::exec::knobs::{Knobs, Mode};
+use decoder::exec::knobs::{Kernels, Knobs, Mode};
 use decoder::generate::{Generation, generate_batch};
 use decoder::kv::{KvConfig, KvDtype, KvKind, PagedAttention};
 use decoder::model::reference::{Reference, round_f16};
@@ -173,6 +173,19 @@ fn prefix(gens: &[Generation], steps: usize) -> Vec<Generation> {
 /// layer on a CPU driver is slow; the fused preset runs the full 200).
 const GENERIC_STEPS: usize = 64;
 
+/// The fused preset with the persistent token kernel (one dispatch per decode token).
+fn persistent() -> Knobs {
+    Knobs {
+        kernels: Kernels::Persistent,
+        ..Knobs::preset(Mode::Fused)
+    }
+}
+
+/// Whether `knobs` can read `kv`: the persistent kernel has no gather path.
+fn runs(knobs: Knobs, kv: &KvConfig) -> bool {
+    !(knobs.kernels == Kernels::Persistent && kv.gathers())
+}
+
 fn paged(block: u32, path: PagedAttention, batch: u32) -> KvConfig {
     KvConfig {
         kind: KvKind::Paged,
@@ -194,21 +207,28 @@ fn contiguous(batch: u32) -> KvConfig {
 }
 
 /// Contiguous, paged-gather and paged-fused (fragmented, blocks of 16 and 32) against the CPU
-/// reference for one model, batch 1, 200 decode steps, fused preset.
+/// reference for one model, batch 1, 200 decode steps, fused preset and persistent kernel.
 fn layouts_agree(m: &TestModel, seed: u64) {
     let prompts = vec![prompt(45, seed, m.config.vocab)];
     let steps = 200;
     let want = reference(m, &prompts, steps, &contiguous(1));
-    let fused = Knobs::preset(Mode::Fused);
-    for (name, kv) in [
-        ("contiguous", contiguous(1)),
-        ("paged:16 gather", paged(16, PagedAttention::Gather, 1)),
-        ("paged:16 fused", paged(16, PagedAttention::Fused, 1)),
-        ("paged:32 gather", paged(32, PagedAttention::Gather, 1)),
-        ("paged:32 fused", paged(32, PagedAttention::Fused, 1)),
+    for (preset, knobs) in [
+        ("fused preset", Knobs::preset(Mode::Fused)),
+        ("persistent kernel", persistent()),
     ] {
-        let got = on_gpu(m, fused, kv, &prompts, steps);
-        assert_matches(&format!("{} fused preset {name}", m.name), &got, &want);
+        for (name, kv) in [
+            ("contiguous", contiguous(1)),
+            ("paged:16 gather", paged(16, PagedAttention::Gather, 1)),
+            ("paged:16 fused", paged(16, PagedAttention::Fused, 1)),
+            ("paged:32 gather", paged(32, PagedAttention::Gather, 1)),
+            ("paged:32 fused", paged(32, PagedAttention::Fused, 1)),
+        ] {
+            if !runs(knobs, &kv) {
+                continue;
+            }
+            let got = on_gpu(m, knobs, kv, &prompts, steps);
+            assert_matches(&format!("{} {preset} {name}", m.name), &got, &want);
+        }
     }
 }
 
@@ -263,7 +283,7 @@ fn paged_paths_under_the_generic_preset() {
 }
 
 /// Four sequences with different prompt lengths decode together, each with its own block table
-/// and length, in both presets.
+/// and length, in both presets and with the persistent kernel.
 #[test]
 fn batch_of_four_with_different_lengths() {
     let m = model(8, 2, 64, 6);
@@ -274,9 +294,12 @@ fn batch_of_four_with_different_lengths() {
         .collect();
     let steps = 200;
     let want = reference(&m, &prompts, steps, &contiguous(4));
-    for mode in [Mode::Fused, Mode::Generic] {
-        let knobs = Knobs::preset(mode);
-        let steps = if mode == Mode::Generic {
+    for (setting, knobs) in [
+        ("fused", Knobs::preset(Mode::Fused)),
+        ("persistent", persistent()),
+        ("generic", Knobs::preset(Mode::Generic)),
+    ] {
+        let steps = if setting == "generic" {
             GENERIC_STEPS
         } else {
             steps
@@ -287,18 +310,18 @@ fn batch_of_four_with_different_lengths() {
             ("paged:16 gather", paged(16, PagedAttention::Gather, 4)),
             ("paged:32 fused", paged(32, PagedAttention::Fused, 4)),
         ] {
+            if !runs(knobs, &kv) {
+                continue;
+            }
             let got = on_gpu(&m, knobs, kv, &prompts, steps);
-            assert_matches(
-                &format!("{} batch 4 {} preset {name}", m.name, mode.name()),
-                &got,
-                &want,
-            );
+            assert_matches(&format!("{} batch 4 {setting} {name}", m.name), &got, &want);
         }
     }
 }
 
 /// The rotating layout across the window crossing: a prompt longer than the window, prompt
-/// chunks shorter and longer than the window, 200 decode steps, both presets, batch 1 and 2.
+/// chunks shorter and longer than the window, 200 decode steps, both presets and the persistent
+/// kernel, batch 1 and 2.
 #[test]
 fn rotating_window_crossing() {
     let m = model(8, 2, 64, 7);
@@ -316,19 +339,22 @@ fn rotating_window_crossing() {
             ..Default::default()
         };
         let want = reference(&m, &prompts, steps, &kv);
-        for mode in [Mode::Fused, Mode::Generic] {
-            let steps = if mode == Mode::Generic {
+        for (setting, knobs) in [
+            ("fused", Knobs::preset(Mode::Fused)),
+            ("persistent", persistent()),
+            ("generic", Knobs::preset(Mode::Generic)),
+        ] {
+            let steps = if setting == "generic" {
                 GENERIC_STEPS
             } else {
                 steps
             };
             let want = prefix(&want, steps);
-            let got = on_gpu(&m, Knobs::preset(mode), kv, &prompts, steps);
+            let got = on_gpu(&m, knobs, kv, &prompts, steps);
             assert_matches(
                 &format!(
-                    "{} rotating:{window} chunk {chunk} batch {batch} {} preset",
-                    m.name,
-                    mode.name()
+                    "{} rotating:{window} chunk {chunk} batch {batch} {setting}",
+                    m.name
                 ),
                 &got,
                 &want,
@@ -358,12 +384,54 @@ fn window_changes_the_reference() {
     assert!(e > 1e-2, "windowed and full logits differ by only {e:.2e}");
 }
 
-/// Every single-knob change away from either preset, on both paged paths (fragmented tables).
+/// The persistent kernel reads paged blocks in place: the gather path is refused with a sentence
+/// that names the flag and what to use, at engine creation and when a running engine switches.
+#[test]
+fn persistent_kernel_refuses_the_gather_path() {
+    let m = model(4, 2, 64, 9);
+    let err = common::with_gpu(|gpu| {
+        let opts = EngineOptions {
+            knobs: persistent(),
+            timestamps: Timestamps::Off,
+            max_seq: 64,
+            kv: paged(16, PagedAttention::Gather, 1),
+            logits_readback: false,
+        };
+        match Engine::new(gpu, &m.config, &m.weights, opts) {
+            Ok(_) => panic!("the persistent kernel accepted --paged-attention gather"),
+            Err(e) => format!("{e:#}"),
+        }
+    });
+    assert!(
+        err.contains("--paged-attention gather") && err.contains("--paged-attention fused"),
+        "{err}"
+    );
+    let err = common::with_gpu(|gpu| {
+        let opts = EngineOptions {
+            knobs: persistent(),
+            timestamps: Timestamps::Off,
+            max_seq: 64,
+            kv: paged(16, PagedAttention::Fused, 1),
+            logits_readback: false,
+        };
+        let mut engine = Engine::new(gpu, &m.config, &m.weights, opts).expect("engine");
+        format!(
+            "{:#}",
+            engine
+                .set_paged_attention(PagedAttention::Gather)
+                .expect_err("switching to gather was accepted")
+        )
+    });
+    assert!(err.contains("--paged-attention fused"), "{err}");
+}
+
+/// Every single-knob change away from either preset, and every knob value neither preset uses,
+/// on both paged paths (fragmented tables).
 #[test]
 fn single_knob_changes_on_paged_layouts() {
     let m = model(6, 2, 64, 8);
     let prompts = vec![prompt(29, 40, m.config.vocab)];
-    // Short: 2 paths x 10 settings, most of them submitting and waiting per dispatch.
+    // Short: 2 paths x 15 settings, most of them submitting and waiting per dispatch.
     let steps = 24;
     let want = reference(&m, &prompts, steps, &contiguous(1));
     let (g, f) = (Knobs::preset(Mode::Generic), Knobs::preset(Mode::Fused));
@@ -375,13 +443,22 @@ fn single_knob_changes_on_paged_layouts() {
             }
         }
     }
+    for (from, knob, value, k) in Knobs::beyond_presets() {
+        if k.validate(true).is_ok() {
+            settings.push((format!("{from} --{knob} {value}"), k));
+        }
+    }
     for (i, (name, knobs)) in settings.iter().enumerate() {
-        // Alternate the paths and block sizes so every knob value meets both paths.
+        // Alternate the paths and block sizes so every knob value meets both paths (the
+        // persistent kernel has only the fused one).
         for (path, block) in [
             (PagedAttention::Fused, if i % 2 == 0 { 16 } else { 32 }),
             (PagedAttention::Gather, if i % 2 == 0 { 32 } else { 16 }),
         ] {
             let kv = paged(block, path, 1);
+            if !runs(*knobs, &kv) {
+                continue;
+            }
             let got = on_gpu(&m, *knobs, kv, &prompts, steps);
             assert_matches(
                 &format!("{} {name} paged:{block} {}", m.name, path.name()),

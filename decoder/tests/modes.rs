@@ -7,7 +7,7 @@ mod common;
 use decoder::capture::{CaptureSpec, capture};
 use decoder::cli::run::load_model;
 use decoder::exec::engine::{Engine, EngineOptions, Timestamps};
-use decoder::exec::knobs::{Knobs, Mode};
+use decoder::exec::knobs::{Kernels, Knobs, Mode};
 use decoder::generate::{GenerateOptions, Generation, generate};
 use decoder::kv::KvConfig;
 use decoder::model::Model;
@@ -126,35 +126,9 @@ fn single_flips() -> Vec<(String, Knobs)> {
             }
         }
     }
-    // The knob values neither preset uses.
-    out.push((
-        "fused with --submit every:4".into(),
-        Knobs {
-            submit: "every:4".parse().expect("knob"),
-            ..f
-        },
-    ));
-    out.push((
-        "fused with --submit per-layer".into(),
-        Knobs {
-            submit: "per-layer".parse().expect("knob"),
-            ..f
-        },
-    ));
-    out.push((
-        "generic with --descriptors push".into(),
-        Knobs {
-            descriptors: "push".parse().expect("knob"),
-            ..g
-        },
-    ));
-    out.push((
-        "fused with --descriptors cached".into(),
-        Knobs {
-            descriptors: "cached".parse().expect("knob"),
-            ..f
-        },
-    ));
+    for (from, knob, value, k) in Knobs::beyond_presets() {
+        out.push((format!("{from} with --{knob} {value}"), k));
+    }
     out
 }
 
@@ -214,8 +188,15 @@ fn counters_per_decode_token_on_tiny() {
     let c = &model.config;
     let (layers, qk) = (c.layers as u64, c.qk_norm as u64);
     let ids = prompt(&model);
-    for mode in [Mode::Generic, Mode::Fused] {
-        let knobs = Knobs::preset(mode);
+    let persistent = Knobs {
+        kernels: Kernels::Persistent,
+        ..Knobs::preset(Mode::Fused)
+    };
+    for (name, knobs) in [
+        ("generic", Knobs::preset(Mode::Generic)),
+        ("fused", Knobs::preset(Mode::Fused)),
+        ("persistent", persistent),
+    ] {
         let spec = CaptureSpec {
             model_name: "tiny".into(),
             prompt: "The capital of France is".into(),
@@ -240,8 +221,8 @@ fn counters_per_decode_token_on_tiny() {
         assert_eq!(decode.len(), 6);
         for t in decode {
             let k = &t.counters;
-            match mode {
-                Mode::Generic => {
+            match name {
+                "generic" => {
                     // embed; per layer: norm, q, k, v, (q_norm, k_norm), 2 rope, 2 KV appends,
                     // scores, softmax, wsum, o, add, norm, gate, up, silu, down, add; final norm;
                     // lm_head.
@@ -274,7 +255,7 @@ fn counters_per_decode_token_on_tiny() {
                         "generic reads the logits back"
                     );
                 }
-                Mode::Fused => {
+                "fused" => {
                     let dispatches = 1 + 7 * layers + 2;
                     assert_eq!(k.dispatches, dispatches, "fused dispatches");
                     assert_eq!(k.submits_compute, 1, "fused: one submit per token");
@@ -299,6 +280,24 @@ fn counters_per_decode_token_on_tiny() {
                         "fused: one barrier per dependent dispatch"
                     );
                     assert_eq!(k.bytes_from_device, 4, "fused reads back only the token");
+                    assert_eq!(k.transfer_commands, 0);
+                }
+                _ => {
+                    assert_eq!(k.dispatches, 1, "persistent: one dispatch per token");
+                    assert_eq!(k.submits_compute, 1, "persistent: one submit per token");
+                    assert_eq!(k.submits_transfer, 0);
+                    assert_eq!(k.descriptor_writes, 0);
+                    assert_eq!(k.command_buffers_begun, 0, "persistent: replayed");
+                    assert_eq!(k.fence_waits, 1);
+                    assert!(
+                        k.barrier_calls <= 1,
+                        "persistent barriers {}",
+                        k.barrier_calls
+                    );
+                    assert_eq!(
+                        k.bytes_from_device, 8,
+                        "persistent reads back the token and its status word"
+                    );
                     assert_eq!(k.transfer_commands, 0);
                 }
             }

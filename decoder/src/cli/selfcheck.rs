@@ -53,7 +53,7 @@ pub fn rmsnorm_check(gpu: &Gpu) -> anyhow::Result<f32> {
             eps: 1e-6,
             pad0: 0,
         };
-        let mut spec = [0; 8];
+        let mut spec = [0; crate::vk::SPEC_CONSTANTS];
         spec[0] = wg;
         let launch = Launch {
             shader: Shader::Rmsnorm,

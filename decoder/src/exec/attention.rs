@@ -19,7 +19,7 @@ use crate::shaders::Shader;
 
 impl Lower<'_> {
     /// Specialization constants: `base` at ids 0.., the layout of `geo` at ids 4..=7.
-    fn kv_spec(geo: &KvGeometry, base: &[u32]) -> [u32; 8] {
+    fn kv_spec(geo: &KvGeometry, base: &[u32]) -> [u32; crate::vk::SPEC_CONSTANTS] {
         let mut sp = spec(base);
         sp[4..8].copy_from_slice(&geo.spec());
         sp

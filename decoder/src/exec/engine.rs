@@ -2,6 +2,8 @@
 //! each step under the other five knobs, recording counters, host spans and GPU timestamps into
 //! trace records.
 
+mod residency;
+
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range as StdRange;
 
@@ -257,8 +259,10 @@ impl Engine {
             period_ns: info.timestamp_period_ns as f64,
             valid_mask,
         };
+        engine.check_persistent()?;
         engine.create_buffers(cfg)?;
         engine.upload_weights(cfg, weights)?;
+        engine.setup_persistent()?;
         engine.calibrate()?;
         let decode = engine.prepare(engine.opts.kv.batch.max(1), StepKind::Decode)?;
         engine.decode = Some(decode);
@@ -317,6 +321,12 @@ impl Engine {
         }
         if path == self.opts.kv.paged_attention {
             return Ok(());
+        }
+        if self.persistent() && path == PagedAttention::Gather {
+            bail!(
+                "--paged-attention gather copies the cache for the fused kernels; the persistent kernel reads the \
+                 blocks in place: use --paged-attention fused with --kernels persistent"
+            );
         }
         self.opts.kv.paged_attention = path;
         if self.opts.kv.gathers() && self.kv.scratch.is_none() {
@@ -456,10 +466,12 @@ impl Engine {
             (
                 Buf::Partial,
                 BufferDesc::device(
-                    seqs * s.heads as u64
+                    (seqs
+                        * s.heads as u64
                         * self.tuning.n_splits as u64
                         * (s.head_dim as u64 + 2)
-                        * f32b,
+                        * f32b)
+                        .max(self.persistent_partial_bytes(seqs)),
                 ),
                 "attn_partial".into(),
             ),
@@ -484,10 +496,12 @@ impl Engine {
             ),
             (
                 Buf::ArgmaxOut,
-                BufferDesc::readback(8 * seqs),
+                // (index, value) per row, then the persistent kernel's status word.
+                BufferDesc::readback(8 * seqs + 4),
                 "argmax_out".into(),
             ),
         ];
+        want.extend(self.persistent_buffers());
         if let Some(scratch) = self.kv.scratch {
             let bytes = scratch.buffer_bytes(s.kv_dim());
             want.push((
@@ -1344,6 +1358,7 @@ impl Engine {
             };
             (logits, gpu_tokens, raw)
         });
+        self.check_persistent_status(p.kind, n)?;
         let outs = host_span!(log, "sample", 1, {
             let mut outs = Vec::with_capacity(head_rows);
             for row in 0..head_rows {

@@ -65,6 +65,9 @@ pub enum Kernels {
     Primitive,
     /// Fused hot-path kernels; GPU argmax with a 4-byte readback.
     Fused,
+    /// One dispatch per decode token: every phase of every layer in one kernel whose workgroups
+    /// meet at device-scope barriers (`shaders/persistent.comp`); prompt steps as `fused`.
+    Persistent,
 }
 
 /// When command buffers are recorded.
@@ -166,6 +169,45 @@ impl Knobs {
             kernels: self.kernels.to_string(),
             recording: self.recording.to_string(),
         }
+    }
+
+    /// The knob values neither preset uses, each flipped alone from the preset it extends:
+    /// `(preset, knob name, value, knobs)`. The ablation and the test matrix run them beside
+    /// [`Knobs::single_flips`], so every value of every knob is measured and checked.
+    pub fn beyond_presets() -> Vec<(&'static str, &'static str, String, Knobs)> {
+        let (g, f) = (Knobs::preset(Mode::Generic), Knobs::preset(Mode::Fused));
+        let mut out = vec![];
+        for submit in [Submit::Every(4), Submit::PerLayer] {
+            out.push(("fused", "submit", submit.to_string(), Knobs { submit, ..f }));
+        }
+        out.push((
+            "generic",
+            "descriptors",
+            Descriptors::Push.to_string(),
+            Knobs {
+                descriptors: Descriptors::Push,
+                ..g
+            },
+        ));
+        out.push((
+            "fused",
+            "descriptors",
+            Descriptors::Cached.to_string(),
+            Knobs {
+                descriptors: Descriptors::Cached,
+                ..f
+            },
+        ));
+        out.push((
+            "fused",
+            "kernels",
+            Kernels::Persistent.to_string(),
+            Knobs {
+                kernels: Kernels::Persistent,
+                ..f
+            },
+        ));
+        out
     }
 
     /// Every knob setting one flip away from `self` (used by the ablation and the test matrix):
@@ -270,7 +312,8 @@ simple_knob!(Sync, "--sync", Submit => "submit", Token => "token");
 simple_knob!(Descriptors, "--descriptors", PerDispatch => "per-dispatch", Cached => "cached",
     BoundOnce => "bound-once", Push => "push");
 simple_knob!(Barriers, "--barriers", Full => "full", Tracked => "tracked");
-simple_knob!(Kernels, "--kernels", Primitive => "primitive", Fused => "fused");
+simple_knob!(Kernels, "--kernels", Primitive => "primitive", Fused => "fused",
+    Persistent => "persistent");
 simple_knob!(Recording, "--recording", EveryToken => "every-token", Once => "once");
 
 impl fmt::Display for Submit {
@@ -316,7 +359,7 @@ pub struct KnobArgs {
     /// Hazard handling: full | tracked.
     #[arg(long)]
     pub barriers: Option<Barriers>,
-    /// What a dispatch does: primitive | fused.
+    /// What a dispatch does: primitive | fused | persistent (one dispatch per decode token).
     #[arg(long)]
     pub kernels: Option<Kernels>,
     /// When command buffers are recorded: every-token | once.
@@ -366,6 +409,30 @@ mod tests {
         for (_, _, k) in flips {
             assert_eq!(k.mode_name(), "custom");
         }
+    }
+
+    #[test]
+    fn values_beyond_the_presets_are_single_flips_and_cover_every_value() {
+        let mut kernels = vec![];
+        for (preset, knob, value, k) in Knobs::beyond_presets() {
+            let base = match preset {
+                "generic" => Knobs::preset(Mode::Generic),
+                _ => Knobs::preset(Mode::Fused),
+            };
+            assert_eq!(
+                k.to_string()
+                    .split(' ')
+                    .zip(base.to_string().split(' '))
+                    .filter(|(a, b)| a != b)
+                    .count(),
+                1,
+                "{knob} {value}"
+            );
+            if knob == "kernels" {
+                kernels.push(k.kernels);
+            }
+        }
+        assert_eq!(kernels, vec![Kernels::Persistent]);
     }
 
     #[test]

@@ -6,5 +6,6 @@ pub mod engine;
 pub mod harness;
 pub mod kernels;
 pub mod knobs;
+pub mod persistent;
 pub mod program;
 pub mod spans;

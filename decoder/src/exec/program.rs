@@ -116,6 +116,13 @@ pub struct Tuning {
     /// 16K, where its 32 extra vec4 registers per lane cost more resident subgroups than the
     /// fewer round trips save; so 1 stays the default).
     pub attn_kcoop: u32,
+    /// The device's subgroup size (the persistent kernel's SG).
+    pub subgroup: u32,
+    /// Workgroup size of the persistent token kernel.
+    pub persistent_wg: u32,
+    /// Workgroups of the persistent token kernel: 0 until the engine's residency probe sets it,
+    /// or the `persistent_groups` override (then probed at exactly that size).
+    pub persistent_groups: u32,
 }
 
 impl Tuning {
@@ -150,18 +157,24 @@ impl Tuning {
                 "prefill_max_r" if v == 16 || v == 32 => self.prefill_max_r = v,
                 "attn_unroll" if v == 8 || v == 16 || v == 32 => self.attn_unroll = v,
                 "attn_kcoop" if v <= 2 => self.attn_kcoop = v,
+                "persistent_wg" if v.is_power_of_two() && (32..=1024).contains(&v) => {
+                    self.persistent_wg = v
+                }
+                "persistent_groups" if (1..=4096).contains(&v) => self.persistent_groups = v,
                 "attn_wg" | "n_splits" | "attn_tile" | "attn_prefetch" | "attn_sg"
-                | "prefill_max_r" | "attn_unroll" | "attn_kcoop" => {
+                | "prefill_max_r" | "attn_unroll" | "attn_kcoop" | "persistent_wg"
+                | "persistent_groups" => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: {key}={v} is out of range (attn_wg: a power of two \
                          from 32 to 1024, n_splits: 1 to 1024, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
-                         the device's subgroup size, prefill_max_r: 16 or 32, attn_unroll: 8, 16 or 32, attn_kcoop: 0, 1 or 2)"
+                         the device's subgroup size, prefill_max_r: 16 or 32, attn_unroll: 8, 16 or 32, attn_kcoop: 0, 1 or 2, \
+                         persistent_wg: a power of two from 32 to 1024, persistent_groups: 1 to 4096)"
                     ));
                 }
                 _ => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch, attn_sg, \
-                         prefill_max_r, attn_unroll or attn_kcoop)"
+                         prefill_max_r, attn_unroll, attn_kcoop, persistent_wg or persistent_groups)"
                     ));
                 }
             }
@@ -217,6 +230,9 @@ impl Tuning {
                 // Eight lanes per K row: attention at 16K on an H100 from 2889 to 1807 us per
                 // token (the one-lane-per-row loads are 2 KiB apart across the subgroup).
                 attn_kcoop: 1,
+                subgroup,
+                persistent_wg: 256,
+                persistent_groups: 0,
             }
         } else {
             // CPU drivers (lavapipe) and narrow subgroups.
@@ -236,6 +252,9 @@ impl Tuning {
                 prefill_max_r: 16,
                 attn_unroll: 8,
                 attn_kcoop: 0,
+                subgroup,
+                persistent_wg: 64,
+                persistent_groups: 0,
             }
         }
     }
@@ -288,8 +307,12 @@ pub enum Buf {
     Logits,
     /// Host-visible: the logits read back.
     LogitsReadback,
-    /// Host-visible: the GPU argmax (index, value bits).
+    /// Host-visible: the GPU argmax (index, value bits), then the persistent kernel's status.
     ArgmaxOut,
+    /// The persistent kernel's table of per-layer buffer device addresses.
+    Ptrs,
+    /// The persistent kernel's grid-barrier words and per-workgroup argmax candidates.
+    GridSync,
 }
 
 /// How a dispatch accesses a binding.
@@ -334,6 +357,8 @@ pub enum Region {
     Attn(u32),
     Mlp(u32),
     Head,
+    /// A whole decode step in one dispatch (the persistent kernel).
+    Token,
 }
 
 impl Region {
@@ -343,6 +368,7 @@ impl Region {
             Region::Attn(l) => format!("L{l}.attn"),
             Region::Mlp(l) => format!("L{l}.mlp"),
             Region::Head => "head".into(),
+            Region::Token => "token".into(),
         }
     }
     /// The transformer layer, for `--submit per-layer`.
@@ -350,7 +376,7 @@ impl Region {
         match self {
             Region::Embed => 0,
             Region::Attn(l) | Region::Mlp(l) => *l,
-            Region::Head => layers.saturating_sub(1),
+            Region::Head | Region::Token => layers.saturating_sub(1),
         }
     }
 }
@@ -360,7 +386,7 @@ impl Region {
 pub enum Action {
     Dispatch {
         shader: Shader,
-        spec: [u32; 8],
+        spec: [u32; crate::vk::SPEC_CONSTANTS],
         push: Vec<u8>,
         grid: Grid,
     },
@@ -468,8 +494,8 @@ pub(super) fn rw(range: Range) -> Bind {
     }
 }
 
-pub(super) fn spec(values: &[u32]) -> [u32; 8] {
-    let mut s = [0u32; 8];
+pub(super) fn spec(values: &[u32]) -> [u32; crate::vk::SPEC_CONSTANTS] {
+    let mut s = [0u32; crate::vk::SPEC_CONSTANTS];
     s[..values.len()].copy_from_slice(values);
     s
 }
@@ -504,7 +530,7 @@ impl Lower<'_> {
         kind: &'static str,
         region: Region,
         shader: Shader,
-        spec: [u32; 8],
+        spec: [u32; crate::vk::SPEC_CONSTANTS],
         push: Vec<u8>,
         grid: Grid,
         binds: Vec<Bind>,
@@ -980,7 +1006,7 @@ impl Lower<'_> {
         );
     }
 
-    fn logits_readback(&mut self) {
+    pub(super) fn logits_readback(&mut self) {
         let bytes = self.head_rows() as u64 * self.s.vocab as u64 * F32;
         let (src, dst) = (r(Buf::Logits, 0, bytes), r(Buf::LogitsReadback, 0, bytes));
         self.steps.push(Step {
@@ -1012,7 +1038,7 @@ impl Lower<'_> {
     }
 
     /// Fused lowering of one decode token: matches runs of ops and emits one kernel per run.
-    fn lower_fused(&mut self, ops: &[Op], logits_readback: bool) {
+    pub(super) fn lower_fused(&mut self, ops: &[Op], logits_readback: bool) {
         let s = *self.s;
         let (h, qd, inter) = (s.hidden, s.q_dim(), s.intermediate);
         let mut i = 0;
@@ -1196,6 +1222,8 @@ pub fn lower(
     };
     if kernels == Kernels::Fused && kind == StepKind::Decode {
         lw.lower_fused(&ops, logits_readback);
+    } else if kernels == Kernels::Persistent && kind == StepKind::Decode {
+        lw.lower_persistent(&ops, logits_readback);
     } else {
         for op in ops {
             lw.lower_primitive(op);

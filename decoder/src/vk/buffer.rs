@@ -93,6 +93,18 @@ impl Buffer {
     }
 
     /// Copies `data` into the mapped memory at `offset` (host-visible buffers only).
+    /// The buffer's device address, for shaders that reach buffers through pointers (the
+    /// persistent token kernel); `None` where the device lacks buffer device addresses.
+    pub fn device_address(&self) -> Option<u64> {
+        if !self.shared.info.grid_sync {
+            return None;
+        }
+        let info = vk::BufferDeviceAddressInfo::default().buffer(self.handle);
+        // SAFETY: the buffer is alive, was created with SHADER_DEVICE_ADDRESS usage (grid_sync)
+        // and its memory was allocated with the device-address flag (the allocator's setting).
+        Some(unsafe { self.shared.device.get_buffer_device_address(&info) })
+    }
+
     pub(crate) fn write_mapped(&mut self, offset: u64, data: &[u8]) -> VkResult<()> {
         self.check(offset, data.len() as u64)?;
         let name = self.name.clone();
@@ -146,9 +158,12 @@ impl Gpu {
                 max: s.info.max_storage_buffer_range,
             });
         }
-        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+        let mut usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;
+        if s.info.grid_sync {
+            usage |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
+        }
         let families: Vec<u32> = std::iter::once(s.compute_family)
             .chain(s.transfer.map(|(f, _)| f))
             .collect();

@@ -379,7 +379,8 @@ impl Gpu {
             vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
             .shader_float16(info.shader_float16)
-            .host_query_reset(info.host_query_reset);
+            .host_query_reset(info.host_query_reset)
+            .buffer_device_address(info.grid_sync);
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&ext_ptrs)
@@ -398,7 +399,7 @@ impl Gpu {
             device: device.clone(),
             physical_device: *pd,
             debug_settings: Default::default(),
-            buffer_device_address: false,
+            buffer_device_address: info.grid_sync,
             allocation_sizes: Default::default(),
         });
         let allocator = match allocator {

@@ -38,9 +38,14 @@ pub struct DeviceInfo {
     pub storage_buffer_16bit: bool,
     pub shader_float16: bool,
     pub host_query_reset: bool,
+    /// Buffer device addresses: what the persistent token kernel (`--kernels persistent`) needs
+    /// to reach every layer's buffers from one dispatch.
+    pub grid_sync: bool,
     pub max_storage_buffer_range: u64,
     pub max_memory_allocation_size: u64,
     pub max_compute_workgroup_invocations: u32,
+    /// Bytes of shared memory one workgroup may declare.
+    pub max_compute_shared_memory: u32,
     pub min_storage_buffer_offset_alignment: u64,
     /// Streaming multiprocessors / compute units (NV or AMD extensions), or CPU threads for a CPU
     /// device; the split-K attention sizes its splits from it.
@@ -216,9 +221,11 @@ pub(crate) fn probe(
             storage_buffer_16bit: f11.storage_buffer16_bit_access == vk::TRUE,
             shader_float16: f12.shader_float16 == vk::TRUE,
             host_query_reset: f12.host_query_reset == vk::TRUE,
+            grid_sync: f12.buffer_device_address == vk::TRUE,
             max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,
             max_memory_allocation_size: p11.max_memory_allocation_size,
             max_compute_workgroup_invocations: props.limits.max_compute_work_group_invocations,
+            max_compute_shared_memory: props.limits.max_compute_shared_memory_size,
             min_storage_buffer_offset_alignment: props.limits.min_storage_buffer_offset_alignment,
             compute_units,
             device_local_bytes,

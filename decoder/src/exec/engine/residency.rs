@@ -1,0 +1,295 @@
+//! The engine's side of the persistent token kernel: its extra buffers, the pointer table of
+//! per-layer buffer addresses, the residency probe that sizes its grid, and the status check
+//! after each step.
+//!
+//! Forward-progress assumption: the kernel's grid barriers need every workgroup of the grid to
+//! be running at once. Vulkan promises no such thing, so the grid size is established here by
+//! running the kernel's probe mode (four grid barriers, nothing else) at a candidate size with a
+//! short spin limit: a size passes when no workgroup's wait ran out. Candidates go from two
+//! workgroups per compute unit down to one workgroup; CPU drivers run one (see
+//! `grid_candidates`). A size that passed can still lose residency later (another program
+//! taking the device), which is why the kernel's waits stay bounded and [`Engine::check_persistent_status`] turns a lost wait into an
+//! error.
+
+use anyhow::{Context as _, anyhow, bail};
+
+use super::Engine;
+use crate::exec::kernels::RowParams;
+use crate::exec::knobs::Kernels;
+use crate::exec::persistent::{
+    PTRS_PER_LAYER, layer_ptr_bufs, max_splits, push, sync_bytes, unsupported,
+};
+use crate::exec::program::{Buf, Step, StepKind};
+use crate::vk::{BufferDesc, Queue, SetLifetime};
+
+/// Spins of a probe wait: long enough for a resident grid to meet (microseconds on a GPU,
+/// scheduling delays on a CPU driver), short enough that a failed candidate costs little.
+const PROBE_SPINS_GPU: u32 = 1 << 20;
+const PROBE_SPINS_CPU: u32 = 1 << 24;
+
+impl Engine {
+    pub(super) fn persistent(&self) -> bool {
+        self.opts.knobs.kernels == Kernels::Persistent
+    }
+
+    /// Refuses the persistent kernel where it cannot run, with one sentence.
+    pub(super) fn check_persistent(&self) -> anyhow::Result<()> {
+        if !self.persistent() {
+            return Ok(());
+        }
+        let info = self.gpu().info();
+        if let Some(why) = unsupported(
+            &self.shape,
+            &self.tuning,
+            info.grid_sync,
+            info.max_compute_shared_memory,
+        ) {
+            bail!(why);
+        }
+        if self.opts.kv.gathers() {
+            bail!(
+                "--paged-attention gather copies the cache for the fused kernels; the persistent kernel reads the \
+                 blocks in place: use --paged-attention fused with --kernels persistent"
+            );
+        }
+        Ok(())
+    }
+
+    /// Candidate grid sizes, largest first.
+    fn grid_candidates(&self) -> Vec<u32> {
+        if self.tuning.persistent_groups > 0 {
+            return vec![self.tuning.persistent_groups];
+        }
+        let info = self.gpu().info();
+        if info.device_type == "cpu" {
+            // CPU drivers run one workgroup: lavapipe (Mesa 22.3) runs a grid of two unreliably
+            // when the machine is busy (a workgroup stops mid-step after a barrier with no failed
+            // wait, in about half the steps under three concurrent runs; the status word turns
+            // it into an error). One workgroup runs every phase and never waits.
+            return vec![1];
+        }
+        let cu = info.compute_units.max(1);
+        let top = 2 * cu;
+        let mut out = vec![];
+        let mut g = top;
+        while g >= 1 {
+            out.push(g);
+            if g == 1 {
+                break;
+            }
+            g = if g == top && top == 2 * cu { cu } else { g / 2 };
+        }
+        out
+    }
+
+    /// The largest grid the probe says is resident.
+    pub(super) fn max_grid(&self) -> u32 {
+        self.grid_candidates().first().copied().unwrap_or(1)
+    }
+
+    /// The extra buffers: the pointer table and the grid-sync words.
+    pub(super) fn persistent_buffers(&self) -> Vec<(Buf, BufferDesc, String)> {
+        if !self.persistent() {
+            return vec![];
+        }
+        let rows = self.opts.kv.batch.max(1);
+        vec![
+            (
+                Buf::Ptrs,
+                BufferDesc::device(8 * (self.shape.layers as u64 * PTRS_PER_LAYER as u64)),
+                "persistent_ptrs".into(),
+            ),
+            (
+                Buf::GridSync,
+                BufferDesc::device(sync_bytes(self.max_grid(), rows)),
+                "persistent_sync".into(),
+            ),
+        ]
+    }
+
+    /// Bytes of the attention partials the persistent kernel needs for `rows` rows.
+    pub(super) fn persistent_partial_bytes(&self, rows: u64) -> u64 {
+        if !self.persistent() {
+            return 0;
+        }
+        let s = &self.shape;
+        rows * s.heads as u64
+            * max_splits(s, self.tuning.subgroup) as u64
+            * (s.head_dim as u64 + 2)
+            * 4
+    }
+
+    /// Uploads the pointer table, zeroes the sync words and sizes the grid with the probe.
+    pub(super) fn setup_persistent(&mut self) -> anyhow::Result<()> {
+        if !self.persistent() {
+            return Ok(());
+        }
+        let mut table: Vec<u64> = Vec::with_capacity(self.shape.layers as usize * PTRS_PER_LAYER);
+        for l in 0..self.shape.layers {
+            let mut bufs = layer_ptr_bufs(l);
+            if self.bufs.contains_key(&Buf::QNorm(l)) {
+                bufs[2] = Some(Buf::QNorm(l));
+                bufs[3] = Some(Buf::KNorm(l));
+            }
+            for b in bufs {
+                let addr = match b {
+                    Some(b) => self
+                        .bufs
+                        .get(&b)
+                        .ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?
+                        .device_address()
+                        .ok_or_else(|| anyhow!("internal: no buffer device address"))?,
+                    None => 0,
+                };
+                table.push(addr);
+            }
+        }
+        let ptrs = self
+            .bufs
+            .get(&Buf::Ptrs)
+            .ok_or_else(|| anyhow!("internal: pointer table missing"))?;
+        self.rec
+            .upload(ptrs, 0, bytemuck::cast_slice(&table))
+            .context("uploading the persistent kernel's pointer table")?;
+        let mut found = None;
+        for g in self.grid_candidates() {
+            if self.probe_grid(g)? {
+                found = Some(g);
+                break;
+            }
+        }
+        let g = found.ok_or_else(|| {
+            anyhow!(
+                "--kernels persistent: the residency probe could not run {} workgroups at once on this device \
+                 (a grid barrier's wait ran out), so the kernel's forward-progress assumption does not hold; \
+                 use --kernels fused",
+                self.grid_candidates().last().copied().unwrap_or(1)
+            )
+        })?;
+        self.tuning.persistent_groups = g;
+        self.zero_sync()?;
+        Ok(())
+    }
+
+    fn zero_sync(&mut self) -> anyhow::Result<()> {
+        let sync = self
+            .bufs
+            .get(&Buf::GridSync)
+            .ok_or_else(|| anyhow!("internal: sync buffer missing"))?;
+        let zeros = vec![0u8; sync.bytes() as usize];
+        self.rec
+            .upload(sync, 0, &zeros)
+            .context("zeroing the persistent kernel's sync words")?;
+        Ok(())
+    }
+
+    /// Runs the kernel's probe mode on `groups` workgroups: true when every barrier met.
+    fn probe_grid(&mut self, groups: u32) -> anyhow::Result<bool> {
+        self.zero_sync()?;
+        // The probe reads the step's row count from the params buffer: one row, so its failure
+        // flag lands at word 2 of the argmax output.
+        let header = crate::exec::kernels::TokenParams {
+            pos0: 0,
+            n_tokens: 1,
+            kv_len: 1,
+            n_seqs: 1,
+        };
+        let params = crate::exec::kernels::params_bytes(&header, &[RowParams::default()]);
+        let mut tuning = self.tuning;
+        tuning.persistent_groups = groups;
+        let steps = crate::exec::program::lower(
+            &self.shape,
+            &tuning,
+            &self.kv,
+            Kernels::Persistent,
+            1,
+            StepKind::Decode,
+            false,
+        );
+        let step: Step = steps
+            .into_iter()
+            .find(|s| s.label == "token")
+            .ok_or_else(|| anyhow!("internal: persistent lowering has no token step"))?;
+        let spins = if self.gpu().info().device_type == "cpu" {
+            PROBE_SPINS_CPU
+        } else {
+            PROBE_SPINS_GPU
+        };
+        let push_bytes = push(&self.shape, &tuning, spins, true).bytes();
+        {
+            let p = self
+                .bufs
+                .get_mut(&Buf::Params)
+                .ok_or_else(|| anyhow!("internal: params missing"))?;
+            self.rec.write(p, 0, &params)?;
+            let out = self
+                .bufs
+                .get_mut(&Buf::ArgmaxOut)
+                .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
+            self.rec.write(out, 8, &0u32.to_le_bytes())?;
+        }
+        let desc = self.pipeline_desc(&step);
+        self.pipeline(desc)?;
+        let set = self.write_new_set(&step, SetLifetime::Persistent)?;
+        let Engine {
+            rec,
+            pipelines,
+            fence,
+            ..
+        } = self;
+        let pl = pipelines
+            .get(&desc)
+            .ok_or_else(|| anyhow!("internal: pipeline missing"))?;
+        let cmd = rec.new_cmd(Queue::Compute)?;
+        rec.begin(cmd)?;
+        rec.begin_label(cmd, "persistent_residency_probe");
+        rec.bind_pipeline(cmd, pl);
+        rec.bind_set(cmd, pl, set);
+        rec.push_constants(cmd, pl, &push_bytes);
+        rec.dispatch(cmd, [groups, 1, 1]);
+        rec.end_label(cmd);
+        rec.full_barrier(cmd);
+        rec.end(cmd)?;
+        rec.submit(&[cmd], Some(*fence))?;
+        rec.wait(*fence)?;
+        let mut word = [0u8; 4];
+        let out = self
+            .bufs
+            .get(&Buf::ArgmaxOut)
+            .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
+        self.rec.read(out, 8, &mut word)?;
+        Ok(u32::from_le_bytes(word) == 0)
+    }
+
+    /// After a decode step of the persistent kernel over `rows` rows: an error when a grid
+    /// barrier's wait ran out.
+    pub(super) fn check_persistent_status(
+        &mut self,
+        kind: StepKind,
+        rows: u32,
+    ) -> anyhow::Result<()> {
+        if !self.persistent() || kind != StepKind::Decode {
+            return Ok(());
+        }
+        let mut word = [0u8; 4];
+        let out = self
+            .bufs
+            .get(&Buf::ArgmaxOut)
+            .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
+        self.rec.read(out, 8 * rows as u64, &mut word)?;
+        match u32::from_le_bytes(word) {
+            0 => {}
+            1 => bail!(
+                "the persistent token kernel lost forward progress: a workgroup's wait at a grid barrier ran out, so \
+                 not all {} workgroups of its grid were resident (is another program using the device?); rerun, or \
+                 use --kernels fused",
+                self.tuning.persistent_groups
+            ),
+            w => bail!(
+                "the persistent token kernel did not finish its step (status word {w}): its workgroup 0 stopped \
+                 before writing the tokens; rerun, or use --kernels fused"
+            ),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,240 @@
+//! The persistent token kernel (`--kernels persistent`): how a decode step is lowered to one
+//! dispatch of `shaders/persistent.comp`, and the sizes the engine and the kernel share.
+//!
+//! The kernel runs every phase of every layer in one dispatch, its workgroups meeting at
+//! device-scope barriers, so the grid must be resident at once. The engine establishes that with
+//! a residency probe (the same pipeline with `probe = 1`) before building the decode program
+//! (`engine/residency.rs`), and every barrier wait in the kernel is bounded, so a grid that loses
+//! forward progress fails the step with an error instead of hanging.
+
+use profiler::trace::OpInfo;
+
+use super::kernels::PersistentPush;
+use super::program::{
+    Action, Buf, F32, Grid, Lower, Op, Range, Region, Shape, Tuning, r, read, rw, spec, write,
+};
+use crate::shaders::Shader;
+
+/// Per-layer entries of the kernel's pointer table (`ptrs`), in this order.
+pub const PTRS_PER_LAYER: usize = 10;
+
+/// The per-layer buffers whose device addresses the pointer table holds, in the kernel's order.
+pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER] {
+    [
+        Some(Buf::AttnNorm(l)),
+        Some(Buf::Wqkv(l)),
+        None, // q_norm: filled where the model has it (Qwen3)
+        None, // k_norm
+        Some(Buf::Wo(l)),
+        Some(Buf::MlpNorm(l)),
+        Some(Buf::WGateUp(l)),
+        Some(Buf::WDown(l)),
+        Some(Buf::KCache(l)),
+        Some(Buf::VCache(l)),
+    ]
+}
+
+/// Splits per (row, head) the kernel may write: one per block of `subgroup` positions.
+pub fn max_splits(s: &Shape, subgroup: u32) -> u32 {
+    s.max_seq.div_ceil(subgroup.max(1)).max(1)
+}
+
+/// vec4s of a head each lane holds.
+pub fn vec4s_per_lane(s: &Shape, subgroup: u32) -> u32 {
+    (s.head_dim / 4).div_ceil(subgroup.max(1)).max(1)
+}
+
+/// vec4s of the kernel's shared staging: the widest input row, and the merge's per-subgroup
+/// head sums.
+pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
+    let nsg = (t.persistent_wg / t.subgroup.max(1)).max(1);
+    [s.hidden, s.intermediate, s.q_dim(), nsg * s.head_dim]
+        .into_iter()
+        .max()
+        .unwrap_or(4)
+        .div_ceil(4)
+}
+
+/// Bytes of shared memory the kernel declares (staging, two reduction arrays, a flag).
+pub fn shared_bytes(s: &Shape, t: &Tuning) -> u64 {
+    staging_vec4s(s, t) as u64 * 16 + t.persistent_wg as u64 * 8 + 16
+}
+
+/// Bytes of the grid-sync buffer for up to `groups` workgroups and `rows` rows: four words, then
+/// a (value, index) pair per workgroup and row.
+pub fn sync_bytes(groups: u32, rows: u32) -> u64 {
+    16 + 8 * groups as u64 * rows as u64
+}
+
+/// Why the persistent kernel cannot run this model on this device, if it cannot.
+pub fn unsupported(s: &Shape, t: &Tuning, grid_sync: bool, shared_limit: u32) -> Option<String> {
+    if !grid_sync {
+        return Some(
+            "--kernels persistent needs buffer device addresses (bufferDeviceAddress), which this device lacks; \
+             use --kernels fused"
+                .into(),
+        );
+    }
+    if !t.subgroup.is_power_of_two() || t.subgroup > t.persistent_wg {
+        return Some(format!(
+            "--kernels persistent needs a power-of-two subgroup size no larger than its workgroup ({} lanes, \
+             workgroup {}); use --kernels fused",
+            t.subgroup, t.persistent_wg
+        ));
+    }
+    if [s.hidden, s.intermediate, s.q_dim()]
+        .iter()
+        .any(|d| !d.is_multiple_of(8))
+    {
+        return Some(format!(
+            "--kernels persistent needs hidden, intermediate and heads * head_dim to be multiples of 8 \
+             (this model: {}, {}, {}); use --kernels fused",
+            s.hidden,
+            s.intermediate,
+            s.q_dim()
+        ));
+    }
+    let bytes = shared_bytes(s, t);
+    if bytes > shared_limit as u64 {
+        return Some(format!(
+            "--kernels persistent would declare {bytes} bytes of shared memory for this model, more than the \
+             device's {shared_limit}; use --kernels fused"
+        ));
+    }
+    None
+}
+
+/// The kernel's push constants.
+pub fn push(s: &Shape, t: &Tuning, spin_limit: u32, probe: bool) -> PersistentPush {
+    PersistentPush {
+        layers: s.layers,
+        hidden: s.hidden,
+        heads: s.heads,
+        kv_heads: s.kv_heads,
+        head_dim: s.head_dim,
+        inter: s.intermediate,
+        vocab: s.vocab,
+        eps: s.eps,
+        max_splits: max_splits(s, t.subgroup),
+        spin_limit,
+        probe: probe as u32,
+        pad0: 0,
+    }
+}
+
+impl Lower<'_> {
+    /// The bindings of the persistent kernel, in its order, for `n` rows.
+    pub(super) fn persistent_binds(&self) -> Vec<super::program::Bind> {
+        let s = *self.s;
+        let n = self.n as u64;
+        let ptr_bytes = 8 * (s.layers as u64 * PTRS_PER_LAYER as u64);
+        let partial = n
+            * s.heads as u64
+            * max_splits(&s, self.t.subgroup) as u64
+            * (s.head_dim as u64 + 2)
+            * F32;
+        let g = &self.kv.geo;
+        let table: Range = r(
+            Buf::KvTable,
+            0,
+            4 * (g.seqs as u64 * g.table_stride as u64).max(1),
+        );
+        vec![
+            read(self.params()),
+            read(r(Buf::Ids, 0, 4 * n)),
+            read(r(Buf::Ptrs, 0, ptr_bytes)),
+            read(table),
+            rw(r(
+                Buf::GridSync,
+                0,
+                sync_bytes(self.t.persistent_groups.max(1), self.n),
+            )),
+            read(r(Buf::Embed, 0, s.vocab as u64 * s.hidden as u64 * 2)),
+            read(r(Buf::LmHead, 0, s.vocab as u64 * s.hidden as u64 * 2)),
+            read(r(Buf::FinalNorm, 0, s.hidden as u64 * F32)),
+            read(r(
+                Buf::RopeTable,
+                0,
+                s.max_seq as u64 * s.head_dim as u64 * F32,
+            )),
+            rw(self.act(Buf::X, s.hidden)),
+            rw(self.act(Buf::Qkv, s.qkv_rows())),
+            rw(self.act(Buf::Q, s.q_dim())),
+            rw(r(Buf::Partial, 0, partial)),
+            rw(self.act(Buf::Attn, s.q_dim())),
+            rw(self.act(Buf::Act, s.intermediate)),
+            write(self.act(Buf::Logits, s.vocab)),
+            write(r(Buf::ArgmaxOut, 0, 4 * (2 * n + 1))),
+        ]
+    }
+
+    /// The specialization constants of the kernel.
+    pub(super) fn persistent_spec(&self) -> [u32; crate::vk::SPEC_CONSTANTS] {
+        let s = *self.s;
+        let t = self.t;
+        let mut sp = spec(&[
+            t.persistent_wg,
+            t.subgroup,
+            s.qk_norm as u32,
+            s.heads / s.kv_heads.max(1),
+        ]);
+        sp[4..8].copy_from_slice(&self.kv.geo.spec());
+        sp[8] = staging_vec4s(&s, t);
+        sp[9] = vec4s_per_lane(&s, t.subgroup);
+        sp
+    }
+
+    /// A decode step as one dispatch. Its facts are the sums of the fused lowering's steps (the
+    /// same bytes and flops, in one dispatch), so reports keep their per-token totals.
+    pub(super) fn lower_persistent(&mut self, ops: &[Op], logits_readback: bool) {
+        let mut fused = Lower {
+            s: self.s,
+            t: self.t,
+            kv: self.kv,
+            n: self.n,
+            kind: self.kind,
+            steps: Vec::new(),
+        };
+        fused.lower_fused(ops, false);
+        let mut facts = OpInfo::default();
+        for st in fused
+            .steps
+            .iter()
+            .filter(|st| matches!(st.action, Action::Dispatch { .. }))
+        {
+            facts.bytes_read += st.facts.bytes_read;
+            facts.bytes_written += st.facts.bytes_written;
+            facts.flops += st.facts.flops;
+            facts.bytes_read_per_kv += st.facts.bytes_read_per_kv;
+            facts.bytes_written_per_kv += st.facts.bytes_written_per_kv;
+            facts.flops_per_kv += st.facts.flops_per_kv;
+        }
+        let binds = self.persistent_binds();
+        let sp = self.persistent_spec();
+        // The spin limit is a push constant so the probe and the steps share one pipeline.
+        let push = push(self.s, self.t, spin_limit(self.t.subgroup), false).bytes();
+        self.dispatch(
+            "token".into(),
+            "token",
+            Region::Token,
+            Shader::Persistent,
+            sp,
+            push,
+            Grid::Fixed([self.t.persistent_groups.max(1), 1, 1]),
+            binds,
+            facts,
+        );
+        self.host_read(r(Buf::ArgmaxOut, 0, 4 * (2 * self.n as u64 + 1)));
+        if logits_readback {
+            self.logits_readback();
+        }
+    }
+}
+
+/// Spins of one grid-barrier wait before the step is declared lost: a barrier on a GPU takes
+/// microseconds, so 2^24 spins (seconds) only ever run out when a workgroup is not resident; on
+/// a CPU driver (narrow subgroups) the threads of the grid share cores with everything else, so
+/// the limit is far higher.
+pub fn spin_limit(subgroup: u32) -> u32 {
+    if subgroup >= 32 { 1 << 24 } else { 1 << 30 }
+}
