@@ -207,3 +207,57 @@ fn timestamp_levels_roofline_and_plots() {
         "{err}"
     );
 }
+
+/// `--also` adds a named setting beside the presets: the persistent kernel runs the paths it has
+/// (not the paged gather, which the sweep lists as refused with the reason), generates the fused
+/// preset's tokens, and a malformed setting is refused before any work with the flag named.
+#[test]
+fn also_adds_a_named_setting_and_refuses_what_it_cannot_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("also");
+    bench(
+        tmp.path(),
+        &out,
+        &[
+            "--context",
+            "40",
+            "--kv",
+            "paged",
+            "--paged-attention",
+            "gather,fused",
+            "--also",
+            "fused:kernels=persistent",
+        ],
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("bench.json")).unwrap()).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    let persistent: Vec<_> = rows
+        .iter()
+        .filter(|r| r["setting"] == "fused --kernels persistent")
+        .collect();
+    assert_eq!(persistent.len(), 1, "{rows:?}");
+    assert_eq!(persistent[0]["paged_attention"], "fused");
+    assert_eq!(persistent[0]["dispatches"].as_f64(), Some(1.0));
+    assert_eq!(persistent[0]["tokens_match"], true);
+    let refused = json["refused"].as_array().unwrap();
+    assert!(
+        refused
+            .iter()
+            .any(|r| r["setting"].as_str().unwrap().contains("gather")
+                && r["reason"].as_str().unwrap().contains("in place")),
+        "{refused:?}"
+    );
+    for bad in ["fused:kernels=warp", "turbo:kernels=persistent", "fused"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_decoder"))
+            .args(["bench", "--model", "tiny", "--also", bad, "--no-probe"])
+            .args(["--out", tmp.path().join("bad").to_str().unwrap()])
+            .env("DECODESCOPE_CACHE", tmp.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "--also {bad} was accepted");
+        assert!(err.contains("--also"), "{bad}: {err}");
+        assert!(!tmp.path().join("bad").join("bench.json").exists());
+    }
+}

@@ -1,5 +1,6 @@
 //! `decoder bench`: load a model once and measure a sweep in one process: presets (and, with
-//! `--ablation`, every single knob flipped alone from each preset toward the other) at every
+//! `--ablation`, every single knob flipped alone from each preset toward the other and every knob
+//! value neither preset uses; with `--also`, named settings such as `fused:kernels=persistent`) at every
 //! context length, batch size and KV layout asked for. One engine per setting, layout and batch
 //! size runs the contexts in ascending order on one growing prompt (each context prefills only
 //! the tokens it adds); at each, every paged attention path decodes from the same cache in turn:
@@ -19,7 +20,7 @@ use super::peer;
 use super::run::{ModelArgs, PromptArgs, load_model, prompt_ids};
 use crate::capture::{CaptureSpec, batch_prompts, build_trace};
 use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
-use crate::exec::knobs::{Knobs, Mode};
+use crate::exec::knobs::{Kernels, Knobs, Mode};
 use crate::generate::{Generation, StopReason};
 use crate::kv::{KvConfig, KvDtype, KvKind, PagedAttention};
 use crate::vk::{Gpu, GpuOptions};
@@ -82,9 +83,15 @@ pub struct Args {
         default_value = "generic,fused"
     )]
     pub mode: Vec<Mode>,
-    /// Also flip every knob alone from each preset toward the other (at every point).
+    /// Also flip every knob alone from each preset toward the other, and run every knob value
+    /// neither preset uses (`--kernels persistent`, `--submit per-layer`, ...) alone, at every
+    /// point.
     #[arg(long)]
     pub ablation: bool,
+    /// Extra settings, comma-separated: a preset with knobs changed, PRESET:KNOB=VALUE[:...],
+    /// for example `fused:kernels=persistent` or `generic:descriptors=push:submit=token`.
+    #[arg(long, value_delimiter = ',', value_name = "SETTING")]
+    pub also: Vec<String>,
     /// GPU timestamp levels of the timed steps, comma-separated (off, token, region, dispatch):
     /// every point is measured at each, from the same cache, so their cost shows side by side.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "token")]
@@ -114,6 +121,7 @@ pub type Setting = (String, Knobs);
 pub fn sweep(
     modes: &[Mode],
     ablation: bool,
+    also: &[(String, Knobs)],
     push_descriptors: bool,
 ) -> (Vec<Setting>, Vec<(String, String)>) {
     let (g, f) = (Knobs::preset(Mode::Generic), Knobs::preset(Mode::Fused));
@@ -132,8 +140,65 @@ pub fn sweep(
                 }
             }
         }
+        for (from, knob, value, k) in Knobs::beyond_presets() {
+            let name = format!("{from} --{knob} {value}");
+            match k.validate(push_descriptors) {
+                Ok(()) => run.push((name, k)),
+                Err(e) => refused.push((name, e)),
+            }
+        }
+    }
+    for (name, k) in also {
+        if run.iter().any(|(_, r)| r == k) {
+            continue;
+        }
+        match k.validate(push_descriptors) {
+            Ok(()) => run.push((name.clone(), *k)),
+            Err(e) => refused.push((name.clone(), e)),
+        }
     }
     (run, refused)
+}
+
+/// A `--also` setting, PRESET:KNOB=VALUE[:KNOB=VALUE...], as `(name, knobs)`; the name is the
+/// way the ablation writes it (`fused --kernels persistent`).
+pub fn parse_setting(spec: &str) -> anyhow::Result<Setting> {
+    let mut parts = spec.split(':');
+    let preset = parts.next().unwrap_or_default();
+    let mode = <Mode as clap::ValueEnum>::from_str(preset, true).map_err(|_| {
+        anyhow::anyhow!(
+            "--also {spec:?}: {preset:?} is not a preset; start with generic: or fused:"
+        )
+    })?;
+    let mut knobs = Knobs::preset(mode);
+    let mut name = mode.name().to_string();
+    let mut any = false;
+    for part in parts {
+        let (knob, value) = part.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!(
+                "--also {spec:?}: {part:?} is not KNOB=VALUE (for example kernels=persistent)"
+            )
+        })?;
+        let bad = |e: String| anyhow::anyhow!("--also {spec:?}: {e}");
+        match knob {
+            "submit" => knobs.submit = value.parse().map_err(bad)?,
+            "sync" => knobs.sync = value.parse().map_err(bad)?,
+            "descriptors" => knobs.descriptors = value.parse().map_err(bad)?,
+            "barriers" => knobs.barriers = value.parse().map_err(bad)?,
+            "kernels" => knobs.kernels = value.parse().map_err(bad)?,
+            "recording" => knobs.recording = value.parse().map_err(bad)?,
+            _ => anyhow::bail!(
+                "--also {spec:?}: unknown knob {knob:?}; the knobs are submit, sync, descriptors, barriers, kernels and \
+                 recording"
+            ),
+        }
+        name.push_str(&format!(" --{knob} {value}"));
+        any = true;
+    }
+    if !any {
+        anyhow::bail!("--also {spec:?} changes no knob; use --mode {preset} for the preset itself");
+    }
+    Ok((name, knobs))
 }
 
 /// One measured point of the sweep.
@@ -424,6 +489,11 @@ fn medians(recs: &[&TokenRecord]) -> Medians {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let also = args
+        .also
+        .iter()
+        .map(|s| parse_setting(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let model = load_model(&args.model.model)?;
     let base_ids = prompt_ids(&model, &args.prompt)?;
     let gpu = Gpu::new(&GpuOptions {
@@ -452,7 +522,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let (settings, refused) = sweep(&args.mode, args.ablation, gpu.info().push_descriptors);
+    let (settings, mut refused) = sweep(
+        &args.mode,
+        args.ablation,
+        &also,
+        gpu.info().push_descriptors,
+    );
     // A group shares one engine and its prompts: contexts in ascending order extend the same
     // prompt (each prefills only the tokens it adds), and the paged attention paths decode from
     // the same cache one after the other. Rows are reported in sweep order.
@@ -463,9 +538,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for &batch in &args.batch {
         for (kv, paths) in kv_groups(&args, batch)? {
             for (name, knobs) in &settings {
+                let mut paths = paths.clone();
+                // The persistent kernel reads paged blocks in place only: no gather path.
+                if knobs.kernels == Kernels::Persistent && paths.contains(&PagedAttention::Gather) {
+                    paths.retain(|p| *p != PagedAttention::Gather);
+                    let what = format!("{name} {} gather batch {batch}", kv.layout_name());
+                    if !refused.iter().any(|(n, _)| *n == what) {
+                        refused.push((
+                            what,
+                            "the persistent kernel reads the paged blocks in place; it has no gather path".into(),
+                        ));
+                    }
+                }
+                let Some(&first) = paths.first() else {
+                    continue;
+                };
                 groups.push(Group {
-                    kv,
-                    paths: paths.clone(),
+                    kv: KvConfig {
+                        paged_attention: first,
+                        ..kv
+                    },
+                    paths,
                     name: name.clone(),
                     knobs: *knobs,
                 });
@@ -862,8 +955,13 @@ fn measure(
                     .collect(),
             )
         };
+        // A program with no attention dispatch of its own (the persistent kernel runs the whole
+        // token in one) has no attention time to report.
+        let separate = engine.records()[from..]
+            .iter()
+            .any(|t| t.gpu_spans.iter().any(|s| is_attention(s.op())));
         (
-            Some(per_step(&is_attention)),
+            separate.then(|| per_step(&is_attention)),
             kv.gathers().then(|| per_step(&is_gather)),
         )
     } else {
