@@ -13,7 +13,9 @@ use profiler::trace::{ClockMeta, GpuSpan, OpInfo, Phase, TokenRecord};
 use super::attention::gather_bytes;
 use super::kernels::{RowParams, TokenParams, params_bytes, prompt_rows};
 use super::knobs::{Barriers, Descriptors, Knobs, Recording, Submit, Sync};
-use super::program::{Access, Action, Buf, Grid, KvPlan, Shape, Step, StepKind, Tuning, lower};
+use super::program::{
+    Access, Action, Buf, Grid, KvPlan, Shape, Step, StepKind, Tuning, add_facts, lower,
+};
 use super::spans::SpanLog;
 use crate::generate::{Backend, BatchBackend, SeqStep, StepOutput, argmax};
 use crate::host_span;
@@ -723,12 +725,7 @@ impl Engine {
             ..Default::default()
         };
         for s in steps {
-            f.bytes_read += s.facts.bytes_read;
-            f.bytes_written += s.facts.bytes_written;
-            f.flops += s.facts.flops;
-            f.bytes_read_per_kv += s.facts.bytes_read_per_kv;
-            f.bytes_written_per_kv += s.facts.bytes_written_per_kv;
-            f.flops_per_kv += s.facts.flops_per_kv;
+            add_facts(&mut f, &s.facts);
         }
         let i = self.ops.len() as u32;
         self.ops.push(f);

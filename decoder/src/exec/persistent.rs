@@ -11,7 +11,8 @@ use profiler::trace::OpInfo;
 
 use super::kernels::PersistentPush;
 use super::program::{
-    Action, Buf, F32, Grid, Lower, Op, Range, Region, Shape, Tuning, r, read, rw, spec, write,
+    Action, Buf, F32, Grid, Lower, Op, Range, Region, Shape, Tuning, add_facts, r, read, rw, spec,
+    write,
 };
 use crate::shaders::Shader;
 
@@ -202,12 +203,7 @@ impl Lower<'_> {
             .iter()
             .filter(|st| matches!(st.action, Action::Dispatch { .. }))
         {
-            facts.bytes_read += st.facts.bytes_read;
-            facts.bytes_written += st.facts.bytes_written;
-            facts.flops += st.facts.flops;
-            facts.bytes_read_per_kv += st.facts.bytes_read_per_kv;
-            facts.bytes_written_per_kv += st.facts.bytes_written_per_kv;
-            facts.flops_per_kv += st.facts.flops_per_kv;
+            add_facts(&mut facts, &st.facts);
         }
         let binds = self.persistent_binds();
         let sp = self.persistent_spec();

@@ -1232,6 +1232,17 @@ pub fn lower(
     lw.steps
 }
 
+/// Adds the byte and flop counts of `from` (fixed and per KV position) into `into`: an op made
+/// of several dispatches, or one dispatch doing several ops' work, counts their sum.
+pub fn add_facts(into: &mut OpInfo, from: &OpInfo) {
+    into.bytes_read += from.bytes_read;
+    into.bytes_written += from.bytes_written;
+    into.flops += from.flops;
+    into.bytes_read_per_kv += from.bytes_read_per_kv;
+    into.bytes_written_per_kv += from.bytes_written_per_kv;
+    into.flops_per_kv += from.flops_per_kv;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
