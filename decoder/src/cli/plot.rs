@@ -294,6 +294,26 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
+/// One PNG of W x H: a white canvas whose plot area (all but the footer strip) `draw` fills,
+/// the footer line, then the file written whole (`save`).
+fn png(
+    out: &Path,
+    name: &str,
+    footer: &(String, bool),
+    draw: impl FnOnce(&DrawingArea<BitMapBackend<'_>, Shift>) -> anyhow::Result<()>,
+) -> anyhow::Result<PathBuf> {
+    let mut buf = vec![0u8; (W * H * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (plot, _) = root.split_vertically(H - 36);
+        draw(&plot)?;
+        draw_footer(&root, footer)?;
+        root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    save(out, name, buf)
+}
+
 fn draw_footer(
     root: &DrawingArea<BitMapBackend<'_>, Shift>,
     footer: &(String, bool),
@@ -327,11 +347,7 @@ fn line_plot(
     series: &Series,
     footer: &(String, bool),
 ) -> anyhow::Result<PathBuf> {
-    let mut buf = vec![0u8; (W * H * 3) as usize];
-    {
-        let root = BitMapBackend::with_buffer(&mut buf, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (plot, _) = root.split_vertically(H - 36);
+    png(out, name, footer, |plot| {
         let xs = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0));
         let (x0, x1) = xs.fold((f64::INFINITY, 0f64), |(a, b), x| (a.min(x), b.max(x)));
         let y1 = series
@@ -349,7 +365,7 @@ fn line_plot(
             .collect();
         contexts.sort_by(f64::total_cmp);
         contexts.dedup();
-        let mut chart = ChartBuilder::on(&plot)
+        let mut chart = ChartBuilder::on(plot)
             .caption(title, ("sans-serif", 24))
             .margin(16)
             .x_label_area_size(48)
@@ -395,10 +411,8 @@ fn line_plot(
             .position(SeriesLabelPosition::UpperRight)
             .draw()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        draw_footer(&root, footer)?;
-        root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    save(out, name, buf)
+        Ok(())
+    })
 }
 
 fn bar_plot(
@@ -408,17 +422,13 @@ fn bar_plot(
     bars: &[(String, f64, Option<f64>)],
     footer: &(String, bool),
 ) -> anyhow::Result<PathBuf> {
-    let mut buf = vec![0u8; (W * H * 3) as usize];
-    {
-        let root = BitMapBackend::with_buffer(&mut buf, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (plot, _) = root.split_vertically(H - 36);
+    png(out, name, footer, |plot| {
         let x1 = bars.iter().map(|b| b.1).fold(0f64, f64::max).max(1e-9) * 1.25;
         let n = bars.len();
         let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
         let label_width =
             names.iter().map(|s| s.chars().count()).max().unwrap_or(8) as u32 * 8 + 16;
-        let mut chart = ChartBuilder::on(&plot)
+        let mut chart = ChartBuilder::on(plot)
             .caption(title, ("sans-serif", 24))
             .margin(16)
             .x_label_area_size(48)
@@ -468,8 +478,6 @@ fn bar_plot(
                 )))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
-        draw_footer(&root, footer)?;
-        root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    save(out, name, buf)
+        Ok(())
+    })
 }

@@ -68,16 +68,12 @@ impl Engine {
             // it into an error). One workgroup runs every phase and never waits.
             return vec![1];
         }
-        let cu = info.compute_units.max(1);
-        let top = 2 * cu;
+        // Two workgroups per compute unit, then halving: 2 x CU, CU, CU / 2, ..., 1.
         let mut out = vec![];
-        let mut g = top;
+        let mut g = 2 * info.compute_units.max(1);
         while g >= 1 {
             out.push(g);
-            if g == 1 {
-                break;
-            }
-            g = if g == top && top == 2 * cu { cu } else { g / 2 };
+            g /= 2;
         }
         out
     }
