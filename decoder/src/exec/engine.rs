@@ -92,6 +92,8 @@ struct Prepared {
     /// What the host reads back after the step: the logits, the GPU argmax, or both.
     reads_logits: bool,
     reads_argmax: bool,
+    /// The persistent kernel's phase ops, in clock order, when it writes phase clocks.
+    phase_ops: Vec<u32>,
 }
 
 /// A cached descriptor set's key: the pipeline and the (buffer, offset, bytes) of each binding.
@@ -261,6 +263,7 @@ impl Engine {
             period_ns: info.timestamp_period_ns as f64,
             valid_mask,
         };
+        engine.tuning.phase_clocks = engine.wants_phase_clocks();
         engine.check_persistent()?;
         engine.create_buffers(cfg)?;
         engine.upload_weights(cfg, weights)?;
@@ -285,6 +288,13 @@ impl Engine {
     pub fn kv_config(&self) -> &KvConfig {
         &self.opts.kv
     }
+    /// The persistent kernel's grid, as the residency probe sized it: (workgroups, invocations
+    /// each), or None for the other kernels.
+    pub fn persistent_grid(&self) -> Option<(u32, u32)> {
+        self.persistent()
+            .then_some((self.tuning.persistent_groups, self.tuning.persistent_wg))
+    }
+
     pub fn timestamps(&self) -> Timestamps {
         self.opts.timestamps
     }
@@ -303,6 +313,7 @@ impl Engine {
             );
         }
         self.opts.timestamps = level;
+        self.tuning.phase_clocks = self.wants_phase_clocks();
         self.calibrate()?;
         self.prefill.clear();
         let decode = self.prepare(self.opts.kv.batch.max(1), StepKind::Decode)?;
@@ -715,6 +726,17 @@ impl Engine {
         i
     }
 
+    /// The op of `facts` (by its label), registered on first use.
+    fn facts_op(&mut self, facts: OpInfo) -> u32 {
+        if let Some(&i) = self.op_index.get(&facts.label) {
+            return i;
+        }
+        let i = self.ops.len() as u32;
+        self.op_index.insert(facts.label.clone(), i);
+        self.ops.push(facts);
+        i
+    }
+
     fn region_op(&mut self, label: String, kind: &str, steps: &[Step]) -> u32 {
         if let Some(&i) = self.op_index.get(&label) {
             return i;
@@ -847,6 +869,7 @@ impl Engine {
         };
         let (reads_logits, reads_argmax) =
             (host_reads(Buf::LogitsReadback), host_reads(Buf::ArgmaxOut));
+        let phase_ops = self.phase_ops(kind);
         let mut prepared = Prepared {
             kind,
             steps,
@@ -858,6 +881,7 @@ impl Engine {
             chunk_of_step,
             reads_logits,
             reads_argmax,
+            phase_ops,
         };
         // Pipelines, and descriptor sets bound once.
         for i in 0..prepared.steps.len() {
@@ -1377,6 +1401,7 @@ impl Engine {
             outs
         });
         let (gpu_spans, busy) = self.gpu_spans(p, &raw_ts, wait_end, start_ns);
+        let gpu_spans = self.phase_spans(&p.phase_ops, gpu_spans)?;
         Ok((outs, gpu_spans, busy))
     }
 

@@ -16,6 +16,81 @@ use super::program::{
 };
 use crate::shaders::Shader;
 
+/// Grid barriers per layer (phases A, C, M, O, U, D of `shaders/persistent.glsl`).
+pub const BARRIERS_PER_LAYER: u32 = 6;
+
+/// The kernel's phases in clock order: their labels and op kinds. Phase k runs from clock k to
+/// clock k + 1 (`clocks(layers)` clocks in all).
+pub fn phases(layers: u32) -> Vec<(String, &'static str)> {
+    let mut out = Vec::with_capacity((layers * BARRIERS_PER_LAYER + 1) as usize);
+    for l in 0..layers {
+        for (name, kind) in [
+            ("qkv_proj", "matvec"),
+            ("attention", "attention"),
+            ("attn_merge", "attention"),
+            ("o_proj_residual", "matvec"),
+            ("gate_up_silu", "matvec"),
+            ("down_proj_residual", "matvec"),
+        ] {
+            out.push((format!("token/L{l}.{name}"), kind));
+        }
+    }
+    out.push(("token/lm_head_argmax".into(), "matvec"));
+    out
+}
+
+/// Clocks the kernel writes per step: the start, one per barrier, the end.
+pub fn clocks(layers: u32) -> u32 {
+    layers * BARRIERS_PER_LAYER + 2
+}
+
+/// The phase (index into [`phases`]) that does the work of a fused decode dispatch, by its
+/// label: the embedding row is read by layer 0's QKV phase, q/k norm, RoPE and the cache write
+/// by the attention phase, the argmax by the head.
+pub fn phase_of(label: &str, layers: u32) -> Option<usize> {
+    let per = BARRIERS_PER_LAYER as usize;
+    match label {
+        "embed" => return Some(0),
+        "lm_head" | "argmax" => return Some(layers as usize * per),
+        _ => {}
+    }
+    let (layer, name) = label.strip_prefix('L')?.split_once('.')?;
+    let l: usize = layer.parse().ok()?;
+    let k = match name {
+        "qkv_proj" => 0,
+        "qk_norm_rope_kv" => 1,
+        n if n.starts_with("attn_merge") => 2,
+        n if n.starts_with("attn_split") => 1,
+        "o_proj_residual" => 3,
+        "gate_up_silu" => 4,
+        "down_proj_residual" => 5,
+        _ => return None,
+    };
+    (l < layers as usize).then_some(l * per + k)
+}
+
+/// The facts of each phase (labels and kinds of [`phases`]): the sums of the fused decode
+/// dispatches whose work it does (`fused`: the fused lowering of the same step).
+pub fn phase_facts(fused: &[super::program::Step], layers: u32) -> Vec<OpInfo> {
+    let mut out: Vec<OpInfo> = phases(layers)
+        .into_iter()
+        .map(|(label, kind)| OpInfo {
+            label,
+            kind: kind.into(),
+            ..Default::default()
+        })
+        .collect();
+    for st in fused
+        .iter()
+        .filter(|st| matches!(st.action, Action::Dispatch { .. }))
+    {
+        if let Some(f) = phase_of(&st.label, layers).and_then(|k| out.get_mut(k)) {
+            add_facts(f, &st.facts);
+        }
+    }
+    out
+}
+
 /// Per-layer entries of the kernel's pointer table (`ptrs`), in this order.
 pub const PTRS_PER_LAYER: usize = 10;
 
@@ -45,6 +120,12 @@ pub fn vec4s_per_lane(s: &Shape, subgroup: u32) -> u32 {
     (s.head_dim / 4).div_ceil(subgroup.max(1)).max(1)
 }
 
+/// 16-byte chunks of one K row (a KV head's `head_dim` elements of `elem_bytes` each): lane j
+/// of the attention phase loads position j's row whole.
+pub fn k_row_chunks(s: &Shape, elem_bytes: u32) -> u32 {
+    (s.head_dim * elem_bytes / 16).max(1)
+}
+
 /// vec4s of the kernel's shared staging: the widest input row, and the merge's per-subgroup
 /// head sums.
 pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
@@ -68,11 +149,24 @@ pub fn sync_bytes(groups: u32, rows: u32) -> u64 {
 }
 
 /// Why the persistent kernel cannot run this model on this device, if it cannot.
-pub fn unsupported(s: &Shape, t: &Tuning, grid_sync: bool, shared_limit: u32) -> Option<String> {
+pub fn unsupported(
+    s: &Shape,
+    t: &Tuning,
+    grid_sync: bool,
+    subgroup_ops: bool,
+    shared_limit: u32,
+) -> Option<String> {
     if !grid_sync {
         return Some(
             "--kernels persistent needs buffer device addresses (bufferDeviceAddress), which this device lacks; \
              use --kernels fused"
+                .into(),
+        );
+    }
+    if !subgroup_ops {
+        return Some(
+            "--kernels persistent needs subgroup arithmetic and shuffles in compute shaders, which this device \
+             lacks; use --kernels fused"
                 .into(),
         );
     }
@@ -93,6 +187,12 @@ pub fn unsupported(s: &Shape, t: &Tuning, grid_sync: bool, shared_limit: u32) ->
             s.hidden,
             s.intermediate,
             s.q_dim()
+        ));
+    }
+    if !(s.head_dim * 2).is_multiple_of(16) {
+        return Some(format!(
+            "--kernels persistent needs head_dim to be a multiple of 8 (this model: {}); use --kernels fused",
+            s.head_dim
         ));
     }
     let bytes = shared_bytes(s, t);
@@ -160,7 +260,7 @@ impl Lower<'_> {
             )),
             rw(self.act(Buf::X, s.hidden)),
             rw(self.act(Buf::Qkv, s.qkv_rows())),
-            rw(self.act(Buf::Q, s.q_dim())),
+            write(r(Buf::PhaseClocks, 0, 8 * clocks(s.layers) as u64)),
             rw(r(Buf::Partial, 0, partial)),
             rw(self.act(Buf::Attn, s.q_dim())),
             rw(self.act(Buf::Act, s.intermediate)),
@@ -182,6 +282,7 @@ impl Lower<'_> {
         sp[4..8].copy_from_slice(&self.kv.geo.spec());
         sp[8] = staging_vec4s(&s, t);
         sp[9] = vec4s_per_lane(&s, t.subgroup);
+        sp[10] = k_row_chunks(&s, self.kv.geo.dtype.bytes() as u32);
         sp
     }
 
@@ -207,13 +308,18 @@ impl Lower<'_> {
         }
         let binds = self.persistent_binds();
         let sp = self.persistent_spec();
+        let shader = if self.t.phase_clocks {
+            Shader::PersistentClocked
+        } else {
+            Shader::Persistent
+        };
         // The spin limit is a push constant so the probe and the steps share one pipeline.
         let push = push(self.s, self.t, spin_limit(self.t.subgroup), false).bytes();
         self.dispatch(
             "token".into(),
             "token",
             Region::Token,
-            Shader::Persistent,
+            shader,
             sp,
             push,
             Grid::Fixed([self.t.persistent_groups.max(1), 1, 1]),

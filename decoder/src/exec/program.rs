@@ -123,6 +123,9 @@ pub struct Tuning {
     /// Workgroups of the persistent token kernel: 0 until the engine's residency probe sets it,
     /// or the `persistent_groups` override (then probed at exactly that size).
     pub persistent_groups: u32,
+    /// The persistent kernel writes a device clock per phase (`--timestamps dispatch` on a
+    /// device with shaderDeviceClock): set by the engine, not a tuning key.
+    pub phase_clocks: bool,
 }
 
 impl Tuning {
@@ -231,8 +234,12 @@ impl Tuning {
                 // token (the one-lane-per-row loads are 2 KiB apart across the subgroup).
                 attn_kcoop: 1,
                 subgroup,
+                // 256; 512 measured 2.22 against 2.52 ms per token at 16K and the same 1.64 ms
+                // at 512 (H100, qwen3-0.6b, phase clocks; the probe gives one workgroup per SM
+                // either way), not yet benched: `DECODESCOPE_TUNING=persistent_wg=512`.
                 persistent_wg: 256,
                 persistent_groups: 0,
+                phase_clocks: false,
             }
         } else {
             // CPU drivers (lavapipe) and narrow subgroups.
@@ -255,6 +262,7 @@ impl Tuning {
                 subgroup,
                 persistent_wg: 64,
                 persistent_groups: 0,
+                phase_clocks: false,
             }
         }
     }
@@ -313,6 +321,8 @@ pub enum Buf {
     Ptrs,
     /// The persistent kernel's grid-barrier words and per-workgroup argmax candidates.
     GridSync,
+    /// Host-visible: the persistent kernel's phase clocks.
+    PhaseClocks,
 }
 
 /// How a dispatch accesses a binding.

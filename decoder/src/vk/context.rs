@@ -362,6 +362,9 @@ impl Gpu {
         } else if p.calibrated_ext {
             ext_ptrs.push(ash::ext::calibrated_timestamps::NAME.as_ptr());
         }
+        if info.shader_device_clock {
+            ext_ptrs.push(ash::khr::shader_clock::NAME.as_ptr());
+        }
         let prio = [1.0f32];
         let mut queue_infos = vec![
             vk::DeviceQueueCreateInfo::default()
@@ -381,11 +384,16 @@ impl Gpu {
             .shader_float16(info.shader_float16)
             .host_query_reset(info.host_query_reset)
             .buffer_device_address(info.grid_sync);
-        let create = vk::DeviceCreateInfo::default()
+        let mut clock =
+            vk::PhysicalDeviceShaderClockFeaturesKHR::default().shader_device_clock(true);
+        let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&ext_ptrs)
             .push_next(&mut f11)
             .push_next(&mut f12);
+        if info.shader_device_clock {
+            create = create.push_next(&mut clock);
+        }
         // SAFETY: `pd` belongs to the live instance; the create-info and its chain are locals.
         let device = unsafe { bundle.instance.create_device(*pd, &create, None) }
             .map_err(call("vkCreateDevice"))?;

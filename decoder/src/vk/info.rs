@@ -41,6 +41,9 @@ pub struct DeviceInfo {
     /// Buffer device addresses: what the persistent token kernel (`--kernels persistent`) needs
     /// to reach every layer's buffers from one dispatch.
     pub grid_sync: bool,
+    /// The device clock in shaders (VK_KHR_shader_clock's shaderDeviceClock): the persistent
+    /// kernel's phase clocks at `--timestamps dispatch`.
+    pub shader_device_clock: bool,
     pub max_storage_buffer_range: u64,
     pub max_memory_allocation_size: u64,
     pub max_compute_workgroup_invocations: u32,
@@ -120,9 +123,13 @@ pub(crate) fn probe(
 
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut clock = vk::PhysicalDeviceShaderClockFeaturesKHR::default();
         let mut feats2 = vk::PhysicalDeviceFeatures2::default()
             .push_next(&mut f11)
             .push_next(&mut f12);
+        if has("VK_KHR_shader_clock") {
+            feats2 = feats2.push_next(&mut clock);
+        }
         instance.get_physical_device_features2(pd, &mut feats2);
 
         let families = instance.get_physical_device_queue_family_properties(pd);
@@ -222,6 +229,7 @@ pub(crate) fn probe(
             shader_float16: f12.shader_float16 == vk::TRUE,
             host_query_reset: f12.host_query_reset == vk::TRUE,
             grid_sync: f12.buffer_device_address == vk::TRUE,
+            shader_device_clock: clock.shader_device_clock == vk::TRUE,
             max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,
             max_memory_allocation_size: p11.max_memory_allocation_size,
             max_compute_workgroup_invocations: props.limits.max_compute_work_group_invocations,

@@ -14,13 +14,15 @@
 use anyhow::{Context as _, anyhow, bail};
 
 use super::Engine;
+use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    PTRS_PER_LAYER, layer_ptr_bufs, max_splits, push, sync_bytes, unsupported,
+    PTRS_PER_LAYER, clocks, layer_ptr_bufs, max_splits, phase_facts, push, sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
+use profiler::trace::GpuSpan;
 
 /// Spins of a probe wait: long enough for a resident grid to meet (microseconds on a GPU,
 /// scheduling delays on a CPU driver), short enough that a failed candidate costs little.
@@ -42,6 +44,7 @@ impl Engine {
             &self.shape,
             &self.tuning,
             info.grid_sync,
+            info.subgroup_arithmetic && info.subgroup_shuffle,
             info.max_compute_shared_memory,
         ) {
             bail!(why);
@@ -89,7 +92,7 @@ impl Engine {
             return vec![];
         }
         let rows = self.opts.kv.batch.max(1);
-        vec![
+        let mut out = vec![
             (
                 Buf::Ptrs,
                 BufferDesc::device(8 * (self.shape.layers as u64 * PTRS_PER_LAYER as u64)),
@@ -100,7 +103,94 @@ impl Engine {
                 BufferDesc::device(sync_bytes(self.max_grid(), rows)),
                 "persistent_sync".into(),
             ),
-        ]
+        ];
+        if self.gpu().info().shader_device_clock {
+            out.push((
+                Buf::PhaseClocks,
+                BufferDesc::readback(8 * clocks(self.shape.layers) as u64),
+                "persistent_phase_clocks".into(),
+            ));
+        }
+        out
+    }
+
+    /// Whether decode steps run the kernel with phase clocks: `--timestamps dispatch` on a
+    /// device with a shader device clock.
+    pub(super) fn wants_phase_clocks(&self) -> bool {
+        self.persistent()
+            && self.opts.timestamps == Timestamps::Dispatch
+            && self.gpu().info().shader_device_clock
+    }
+
+    /// The phase ops of a decode program that writes phase clocks (none otherwise), their facts
+    /// those of the fused dispatches whose work each phase does.
+    pub(super) fn phase_ops(&mut self, kind: StepKind) -> Vec<u32> {
+        if !self.tuning.phase_clocks || kind != StepKind::Decode {
+            return vec![];
+        }
+        let fused = crate::exec::program::lower(
+            &self.shape,
+            &self.tuning,
+            &self.kv,
+            Kernels::Fused,
+            self.opts.kv.batch.max(1),
+            StepKind::Decode,
+            false,
+        );
+        phase_facts(&fused, self.shape.layers)
+            .into_iter()
+            .map(|f| self.facts_op(f))
+            .collect()
+    }
+
+    /// Replaces the token dispatch's span by one span per phase of the kernel: the phase
+    /// clocks, scaled onto the dispatch's timestamps (the device clock's unit is not the
+    /// timestamps'). Clocks that do not increase keep the dispatch's span.
+    pub(super) fn phase_spans(
+        &mut self,
+        phase_ops: &[u32],
+        spans: Vec<GpuSpan>,
+    ) -> anyhow::Result<Vec<GpuSpan>> {
+        let Some(&token_op) = self.op_index.get("token") else {
+            return Ok(spans);
+        };
+        if phase_ops.is_empty() || spans.is_empty() {
+            return Ok(spans);
+        }
+        let n = clocks(self.shape.layers) as usize;
+        let mut bytes = vec![0u8; 8 * n];
+        let b = self
+            .bufs
+            .get(&Buf::PhaseClocks)
+            .ok_or_else(|| anyhow!("internal: phase clock buffer missing"))?;
+        self.rec.read(b, 0, &mut bytes)?;
+        let c: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|w| {
+                u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64
+                    | (u32::from_le_bytes([w[4], w[5], w[6], w[7]]) as u64) << 32
+            })
+            .collect();
+        let total = c[n - 1].wrapping_sub(c[0]);
+        if phase_ops.len() + 1 != n || total == 0 || c.windows(2).any(|w| w[1] < w[0]) {
+            return Ok(spans);
+        }
+        let mut out = Vec::with_capacity(spans.len() + phase_ops.len());
+        for s in spans {
+            if s.op() != token_op {
+                out.push(s);
+                continue;
+            }
+            let at = |k: usize| {
+                s.start_ns()
+                    + ((c[k] - c[0]) as f64 / total as f64 * s.dur_ns() as f64).round() as u64
+            };
+            for (k, &op) in phase_ops.iter().enumerate() {
+                let (a, b) = (at(k), at(k + 1));
+                out.push(GpuSpan(op, a, b - a, s.queue(), s.submit()));
+            }
+        }
+        Ok(out)
     }
 
     /// Bytes of the attention partials the persistent kernel needs for `rows` rows.
@@ -273,7 +363,12 @@ impl Engine {
             .get(&Buf::ArgmaxOut)
             .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
         self.rec.read(out, 8 * rows as u64, &mut word)?;
-        match u32::from_le_bytes(word) {
+        let status = u32::from_le_bytes(word);
+        if status != 0 {
+            // The barrier words of a step that did not finish are not reset by the kernel.
+            self.zero_sync()?;
+        }
+        match status {
             0 => {}
             1 => bail!(
                 "the persistent token kernel lost forward progress: a workgroup's wait at a grid barrier ran out, so \

@@ -1,0 +1,841 @@
+// The persistent token kernel (`--kernels persistent`), included by persistent.comp and by
+// persistent_clocked.comp (PHASE_CLOCKS defined). One dispatch runs a whole decode step (one
+// token per sequence, `params.n_tokens` rows) through every layer. Its G workgroups (the grid,
+// sized by the host's residency probe) meet at device-scope barriers between phases:
+//
+//   per layer l:  A  QKV matvec, RMSNorm folded (layer 0 reads the embedding rows directly)
+//                 C  split-K attention: a subgroup per (row, KV head, split) of whole blocks of
+//                    SG positions, online softmax, partials (m, l, o) per query head. Each
+//                    subgroup applies q RMSNorm + RoPE to its query heads itself; the subgroup
+//                    whose split holds the row's position also applies them to the new k,
+//                    writes k and v into the caches and uses them from registers
+//                 M  merge of the splits, a workgroup per (row, query head)
+//                 O  o-projection, residual add as its epilogue
+//                 U  gate/up matvec with RMSNorm folded, SwiGLU epilogue
+//                 D  down-projection, residual add
+//   head:         H  lm_head with the final norm folded; each workgroup keeps the argmax of its
+//                    rows; the last workgroup to finish (an atomic count) reduces them.
+//
+// That is 6 barriers per layer. Matvec phases give each row to KS subgroups of one workgroup
+// (KS > 1 when the grid has more subgroups than twice the rows; their sums meet in shared
+// memory) after the workgroup has staged the step's input row, normalized, in shared memory;
+// lanes stride the columns in 16-byte loads of 8 halves. A matvec phase's first weight loads (of
+// its first two passes over the grid) are issued between the barrier's arrival and its wait, so
+// they travel while the grid meets.
+//
+// Forward progress: a barrier waits for every workgroup of the grid, so all G must be resident
+// at once. Vulkan does not promise that; the host establishes it with a probe (this kernel with
+// `probe = 1`, a few barriers and nothing else) at the grid size it will use, and every wait is
+// bounded: a workgroup that spins `spin_limit` times marks the step failed (status word of the
+// argmax output = 1, sticky in the sync buffer) and the grid leaves, so the host reports an error
+// instead of hanging. Workgroup 0 sets the status word to 2 when it starts and the last
+// workgroup sets it to 0 when it has written the tokens, so a step that did not finish can never
+// pass for one that did.
+//
+// The barrier: one arrival counter that only grows during a step (barrier k of the step waits
+// until it reads k G), so an arrival is one atomic and a wait is polls of one word; the last
+// workgroup to finish the step (the `done` count reaches G, so no workgroup is still waiting)
+// sets both back to 0 for the next step.
+//
+// Memory model: activations, partials, the sync words and the KV caches are `coherent` (their
+// loads and stores go to the device's coherent level, bypassing incoherent caches); a grid
+// barrier is memoryBarrier() + barrier() in every invocation, one invocation's atomic arrival and
+// its polls of the counter, then barrier() + memoryBarrier() again. (GLSL's classic coherent
+// model rather than `#pragma use_vulkan_memory_model`: Mesa 22.3's lavapipe, where CI runs, drops
+// stores after workgroup barriers in this kernel when it is compiled under the Vulkan memory
+// model.) Weights are read-only during the dispatch.
+//
+// Phase clocks (PHASE_CLOCKS): workgroup 0's first invocation writes the device clock when the
+// step starts and as it leaves each barrier (clk[k] after barrier k); the workgroup that reduces
+// the argmax writes it at the end (clk[6 layers + 1]). The host maps them onto the dispatch's
+// timestamps as one GPU span per phase.
+//
+// Per-layer weights and caches are reached through buffer device addresses (`ptrs`, 10 per
+// layer: attn_norm, wqkv, q_norm, k_norm, wo, mlp_norm, wgate_up, wdown, k_cache, v_cache).
+// Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
+// u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
+// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [n, hidden], 10 qkv f32 [n, qkv_rows],
+// 11 phase clocks uvec2 [6 layers + 2], 12 partial f32 [n, heads, max_splits, hd + 2], 13 attn
+// f32 [n, heads, hd], 14 act f32 [n, inter], 15 logits f32 [n, vocab], 16 argmax out u32
+// [2 n + 1].
+// Spec: 0 WG, 1 SG (the subgroup size), 2 QK_NORM, 3 GQ (query heads per KV head), 4..7 the KV
+// layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: the widest input row, and at least
+// NSG * hd / 4), 9 VPL (vec4s of a head per lane: ceil(hd / 4 / SG)), 10 KC (16-byte chunks of a
+// K row).
+// Requires hidden, q_dim, intermediate and hd multiples of 8.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#ifdef PHASE_CLOCKS
+#extension GL_EXT_shader_realtime_clock : require
+#endif
+#include "common.glsl"
+
+#define KV_TABLE_BINDING 3
+#include "kv.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint SG = 32;
+layout(constant_id = 2) const uint QK_NORM = 0;
+layout(constant_id = 3) const uint GQ = 1;
+layout(constant_id = 8) const uint XS = 256;
+layout(constant_id = 9) const uint VPL = 1;
+layout(constant_id = 10) const uint KC = 16;
+
+const uint NSG = WG / SG;
+#define NEG_INF uintBitsToFloat(0xff800000u)
+// Barriers per layer (A, C, M, O, U, D).
+const uint BARRIERS_PER_LAYER = 6;
+// uvec4s per lane of a matvec row loaded while the grid meets, for the first PF_PASSES passes.
+const uint PF = 4;
+const uint PF_PASSES = 2;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer W8Ref { uvec4 w8[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer F32Ref { vec4 v4[]; };
+// The caches: read through plain (incoherent) loads, since a step never reads a position it
+// writes from memory (the subgroup that writes it uses it from registers), and written through
+// their own references. f16 elements stay packed (uvec2 per 4) until used.
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer KV16Ref { uvec2 u2[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer KRowRef { uvec4 c16[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer KV32Ref { vec4 f4[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) writeonly buffer KV16WRef { f16vec4 h4[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) writeonly buffer KV32WRef { vec4 f4[]; };
+
+layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
+layout(set = 0, binding = 1) readonly buffer Ids { uint ids[]; };
+layout(set = 0, binding = 2) readonly buffer Ptrs { uvec2 ptrs[]; };
+layout(set = 0, binding = 4) coherent volatile buffer Sync { uint arrive; uint done; uint fail; uint pad; uint best[]; } sy;
+layout(set = 0, binding = 5) readonly buffer Embed { uvec4 embed8[]; };
+layout(set = 0, binding = 6) readonly buffer Head { uvec4 head8[]; };
+layout(set = 0, binding = 7) readonly buffer FinalNorm { vec4 final_norm4[]; };
+layout(set = 0, binding = 8) readonly buffer Rope { float rope[]; };
+layout(set = 0, binding = 9) coherent buffer X { float x[]; };
+layout(set = 0, binding = 10) coherent buffer Qkv { float qkv[]; };
+layout(set = 0, binding = 11) writeonly buffer Clocks { uvec2 clk[]; };
+layout(set = 0, binding = 12) coherent buffer Partial { float partial[]; };
+layout(set = 0, binding = 13) coherent buffer Attn { vec4 attn4[]; };
+layout(set = 0, binding = 14) coherent buffer Act { float act[]; };
+layout(set = 0, binding = 15) writeonly buffer Logits { float logits[]; };
+layout(set = 0, binding = 16) writeonly buffer Out { uint result[]; };
+
+layout(push_constant) uniform Push {
+    uint layers;
+    uint hidden;
+    uint heads;
+    uint kv_heads;
+    uint head_dim;
+    uint inter;
+    uint vocab;
+    float eps;
+    uint max_splits;  // splits per (row, head) the partial buffer holds
+    uint spin_limit;  // spins before a barrier wait is declared lost
+    uint probe;       // 1: only the residency probe's barriers
+    uint pad0;
+} pc;
+
+shared vec4 xs[XS];
+shared float red_f[WG];
+shared uint red_u[WG];
+shared bool flag_sh;
+
+// Barriers this invocation has passed in this step.
+uint barriers = 0u;
+// The current matvec's first loads: PF per (pass, matrix), two matrices for gate/up.
+uvec4 pf[PF_PASSES * 2 * PF];
+
+// ---- the grid barrier ----
+
+void fail_step() {
+    atomicExchange(sy.fail, 1u);
+    result[2 * params.n_tokens] = 1u;
+}
+
+void phase_clock(uint k) {
+#ifdef PHASE_CLOCKS
+    if (gl_WorkGroupID.x == 0u && gl_LocalInvocationIndex == 0u) clk[k] = clockRealtime2x32EXT();
+#endif
+}
+
+// Arrival at the next grid barrier: this workgroup's writes so far are visible to the grid once
+// it has passed the barrier. Work that reads nothing the grid writes may go between this and
+// grid_wait().
+void grid_arrive() {
+    memoryBarrier();
+    barrier();
+    barriers++;
+    if (gl_LocalInvocationIndex == 0) atomicAdd(sy.arrive, 1u);
+}
+
+// Waits until every workgroup has arrived. Returns false when the step failed (the caller
+// leaves).
+bool grid_wait() {
+    if (gl_LocalInvocationIndex == 0) {
+        uint target = barriers * gl_NumWorkGroups.x;
+        bool ok = true;
+        uint spins = 0u;
+        while (sy.arrive < target) {
+            spins++;
+            if (spins > pc.spin_limit) {
+                fail_step();
+                ok = false;
+                break;
+            }
+            if ((spins & 255u) == 0u && sy.fail != 0u) {
+                ok = false;
+                break;
+            }
+        }
+        flag_sh = !ok;
+    }
+    barrier();
+    memoryBarrier();
+    bool ok = !flag_sh;
+    phase_clock(barriers);
+    return ok;
+}
+
+bool grid_sync() {
+    grid_arrive();
+    return grid_wait();
+}
+
+// The end of a step for this workgroup: true in the last one to get here, when every other
+// workgroup has finished (and none waits at a barrier any more); that one resets the barrier
+// words for the next step.
+bool last_to_finish() {
+    memoryBarrier();
+    barrier();
+    if (gl_LocalInvocationIndex == 0) {
+        bool last = atomicAdd(sy.done, 1u) == gl_NumWorkGroups.x - 1u;
+        if (last) {
+            atomicExchange(sy.arrive, 0u);
+            atomicExchange(sy.done, 0u);
+        }
+        flag_sh = last;
+    }
+    barrier();
+    memoryBarrier();
+    return flag_sh;
+}
+
+// ---- helpers ----
+
+uvec2 layer_ptr(uint l, uint k) { return ptrs[l * 10u + k]; }
+
+float dot8(uvec4 w, vec4 a, vec4 b) {
+    return dot(unpackHalf2x16(w.x), a.xy) + dot(unpackHalf2x16(w.y), a.zw)
+         + dot(unpackHalf2x16(w.z), b.xy) + dot(unpackHalf2x16(w.w), b.zw);
+}
+
+vec4 half4(uint lo, uint hi) { return vec4(unpackHalf2x16(lo), unpackHalf2x16(hi)); }
+
+// Block-wide sum (every invocation gets it); red_f is free again on return.
+float wg_sum(float v) {
+    float s = subgroupAdd(v);
+    if (subgroupElect()) red_f[gl_SubgroupID] = s;
+    barrier();
+    float total = 0.0;
+    for (uint i = 0; i < NSG; i++) total += red_f[i];
+    barrier();
+    return total;
+}
+
+// Input sources of a matvec phase.
+const uint SRC_X = 0, SRC_EMBED = 1, SRC_ATTN = 2, SRC_ACT = 3;
+
+// Stages input row t (cols values) of `src` into xs, multiplied by the norm weights when
+// `norm` != 0 (the RMS scale is returned, 1 otherwise). Ends with a barrier.
+float stage(uint src, uint t, uint cols, uvec2 norm) {
+    uint tid = gl_LocalInvocationIndex;
+    uint n4 = cols / 4;
+    bool has_norm = any(notEqual(norm, uvec2(0u)));
+    float ss = 0.0;
+    for (uint i = tid; i < n4; i += WG) {
+        vec4 v;
+        if (src == SRC_X) v = vec4(x[t * cols + 4 * i], x[t * cols + 4 * i + 1], x[t * cols + 4 * i + 2], x[t * cols + 4 * i + 3]);
+        else if (src == SRC_EMBED) {
+            uvec4 e = embed8[(ids[t] * cols) / 8 + i / 2];
+            v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
+        } else if (src == SRC_ATTN) v = attn4[t * n4 + i];
+        else v = vec4(act[t * cols + 4 * i], act[t * cols + 4 * i + 1], act[t * cols + 4 * i + 2], act[t * cols + 4 * i + 3]);
+        ss += dot(v, v);
+        if (has_norm) v *= F32Ref(norm).v4[i];
+        xs[i] = v;
+    }
+    float scale = 1.0;
+    if (has_norm) scale = inversesqrt(wg_sum(ss) / float(cols) + pc.eps);
+    barrier();
+    return scale;
+}
+
+uint nsub() { return gl_NumWorkGroups.x * NSG; }
+
+// ---- matvec rows ----
+//
+// A matvec over `rows` rows gives each row to KS subgroups of one workgroup (a power of two: the
+// largest with rows * KS * 2 <= the grid's subgroups, at most NSG). Subgroup s of a workgroup
+// takes row slot s / KS and column part s % KS; a pass over the grid covers G * NSG / KS rows.
+
+uint split_ks(uint rows) {
+    uint ks = 1u;
+    while (ks < NSG && rows * ks * 2u <= nsub()) ks *= 2u;
+    return ks;
+}
+
+// Row of this subgroup in pass j.
+uint mv_row(uint ks, uint j) {
+    uint per_wg = NSG / ks;
+    return gl_WorkGroupID.x * per_wg + gl_SubgroupID / ks + j * gl_NumWorkGroups.x * per_wg;
+}
+
+uint mv_passes(uint rows, uint ks) {
+    uint per_pass = gl_NumWorkGroups.x * (NSG / ks);
+    return (rows + per_pass - 1u) / per_pass;
+}
+
+// Loads this subgroup's first PF uvec4s per lane of `row` into pf[at ..].
+void prefetch(W8Ref w, uint row, uint rows, uint cols, uint ks, uint at) {
+    uint n8 = cols / 8;
+    uint stride = ks * SG;
+    uint i = gl_SubgroupInvocationID + (gl_SubgroupID % ks) * SG;
+    [[unroll]] for (uint j = 0; j < PF; j++) {
+        pf[at + j] = (row < rows && i + j * stride < n8) ? w.w8[row * n8 + i + j * stride] : uvec4(0u);
+    }
+}
+
+// This subgroup's part of dot(W[row], xs) over cols (a multiple of 8); every lane gets it. With
+// `pre`, the first PF loads per lane come from pf[at ..].
+float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uint at) {
+    uint n8 = cols / 8;
+    uint base = row * n8;
+    uint stride = ks * SG;
+    uint i = gl_SubgroupInvocationID + (gl_SubgroupID % ks) * SG;
+    float acc = 0.0;
+    if (pre) {
+        [[unroll]] for (uint j = 0; j < PF; j++) {
+            if (i < n8) acc += dot8(pf[at + j], xs[2 * i], xs[2 * i + 1]);
+            i += stride;
+        }
+    }
+    for (; i + 3u * stride < n8; i += 4u * stride) {
+        uvec4 a = w.w8[base + i];
+        uvec4 b = w.w8[base + i + stride];
+        uvec4 c = w.w8[base + i + 2u * stride];
+        uvec4 d = w.w8[base + i + 3u * stride];
+        acc += dot8(a, xs[2 * i], xs[2 * i + 1]);
+        acc += dot8(b, xs[2 * (i + stride)], xs[2 * (i + stride) + 1]);
+        acc += dot8(c, xs[2 * (i + 2u * stride)], xs[2 * (i + 2u * stride) + 1]);
+        acc += dot8(d, xs[2 * (i + 3u * stride)], xs[2 * (i + 3u * stride) + 1]);
+    }
+    for (; i < n8; i += stride) acc += dot8(w.w8[base + i], xs[2 * i], xs[2 * i + 1]);
+    return subgroupAdd(acc);
+}
+
+// part_dot for pass j of matrix `mat` (0, or 1 for gate/up's up rows) of input row t: from the
+// prefetched loads where they hold it. (pf indices stay constant, so pf stays in registers.)
+float pass_dot(W8Ref w, uint row, uint cols, uint ks, uint t, uint j, uint mat) {
+    if (t == 0u && j == 0u) return part_dot(w, row, cols, ks, true, mat * PF);
+    if (t == 0u && j == 1u && PF_PASSES > 1u) return part_dot(w, row, cols, ks, true, (2u + mat) * PF);
+    return part_dot(w, row, cols, ks, false, 0u);
+}
+
+// Prefetches the first PF_PASSES passes of matrix `mat` (rows at `offset` + the pass's row).
+void prefetch_passes(W8Ref w, uint rows, uint offset, uint bound, uint cols, uint mat) {
+    uint ks = split_ks(rows);
+    [[unroll]] for (uint j = 0; j < PF_PASSES; j++) prefetch(w, offset + mv_row(ks, j), bound, cols, ks, (2u * j + mat) * PF);
+}
+
+// Sums the KS parts of each row slot (every subgroup of the workgroup calls it together);
+// every lane of every part gets its row's total. The order of the sum is fixed.
+float row_total(float part, uint ks) {
+    if (ks == 1u) return part;
+    if (subgroupElect()) red_f[gl_SubgroupID] = part;
+    barrier();
+    uint b = (gl_SubgroupID / ks) * ks;
+    float s = 0.0;
+    for (uint k = 0; k < ks; k++) s += red_f[b + k];
+    barrier();
+    return s;
+}
+
+bool writes_row(uint ks) { return gl_SubgroupID % ks == 0u && subgroupElect(); }
+
+// ---- phases ----
+
+uint qkv_rows() { return pc.heads * pc.head_dim + 2u * pc.kv_heads * pc.head_dim; }
+
+void prefetch_qkv(uint l) {
+    uint rows = qkv_rows();
+    prefetch_passes(W8Ref(layer_ptr(l, 1)), rows, 0u, rows, pc.hidden, 0u);
+}
+
+// A: qkv[t] = W_qkv . norm(x[t]) (layer 0: the embedding row, also copied into x by group 0).
+void phase_qkv(uint l) {
+    uint n = params.n_tokens;
+    uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
+    W8Ref w = W8Ref(layer_ptr(l, 1));
+    for (uint t = 0; t < n; t++) {
+        uint src = (l == 0u) ? SRC_EMBED : SRC_X;
+        float scale = stage(src, t, pc.hidden, layer_ptr(l, 0));
+        if (l == 0u && gl_WorkGroupID.x == 0u) {
+            // The residual stream starts as the embedding row (read again only after barriers).
+            for (uint i = gl_LocalInvocationIndex; i < pc.hidden / 4; i += WG) {
+                uvec4 e = embed8[(ids[t] * pc.hidden) / 8 + i / 2];
+                vec4 v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
+                x[t * pc.hidden + 4 * i] = v.x;
+                x[t * pc.hidden + 4 * i + 1] = v.y;
+                x[t * pc.hidden + 4 * i + 2] = v.z;
+                x[t * pc.hidden + 4 * i + 3] = v.w;
+            }
+        }
+        for (uint j = 0; j < passes; j++) {
+            uint r = mv_row(ks, j);
+            float s = r < rows ? pass_dot(w, r, pc.hidden, ks, t, j, 0u) : 0.0;
+            s = row_total(s, ks) * scale;
+            if (r < rows && writes_row(ks)) qkv[t * rows + r] = s;
+        }
+        barrier();
+    }
+}
+
+// One vec4 of a cache row as loaded: packed halves (f16) or floats (f32); the other is unused.
+struct KvRaw {
+    uvec2 h;
+    vec4 f;
+};
+
+KvRaw kv_raw(uvec2 p, uint i4, bool load) {
+    KvRaw r;
+    r.h = uvec2(0u);
+    r.f = vec4(0.0);
+    if (load) {
+        if (KV_F16 == 1u) r.h = KV16Ref(p).u2[i4];
+        else r.f = KV32Ref(p).f4[i4];
+    }
+    return r;
+}
+
+vec4 kv_value(KvRaw r) { return KV_F16 == 1u ? half4(r.h.x, r.h.y) : r.f; }
+
+void kv_store(uvec2 p, uint i4, vec4 v) {
+    if (KV_F16 == 1u) KV16WRef(p).h4[i4] = f16vec4(v);
+    else KV32WRef(p).f4[i4] = v;
+}
+
+// The split plan of a step: blocks of SG positions, `per` blocks per split, `splits` splits.
+void split_plan(out uint per, out uint splits) {
+    uint blocks = (params.kv_len + SG - 1u) / SG;
+    uint units = params.n_tokens * pc.kv_heads;
+    uint want = max(1u, nsub() / max(1u, units));
+    per = max(1u, (blocks + want - 1u) / want);
+    splits = (blocks + per - 1u) / per;
+}
+
+// The RMS scale of the head at qkv[src ..] (1 without QK norm); every lane gets it.
+float head_scale(uint src) {
+    if (QK_NORM == 0u) return 1.0;
+    float ss = 0.0;
+    for (uint i = gl_SubgroupInvocationID; i < pc.head_dim; i += SG) ss += qkv[src + i] * qkv[src + i];
+    return inversesqrt(subgroupAdd(ss) / float(pc.head_dim) + pc.eps);
+}
+
+// Elements 4 v .. 4 v + 3 of the head at qkv[src ..] after RMSNorm (scale, weights nw: Qwen3)
+// and RoPE at `pos` (element i pairs with i + hd / 2).
+vec4 roped4(uint src, uint v, float scale, uvec2 nw, uint pos) {
+    uint half_dim = pc.head_dim / 2;
+    vec4 o;
+    [[unroll]] for (uint c = 0; c < 4u; c++) {
+        uint e = 4u * v + c;
+        bool low = e < half_dim;
+        uint i = low ? e : e - half_dim;
+        float a = qkv[src + i] * scale, b = qkv[src + i + half_dim] * scale;
+        if (QK_NORM == 1u) {
+            a *= F32Ref(nw).v4[i / 4][i % 4];
+            b *= F32Ref(nw).v4[(i + half_dim) / 4][(i + half_dim) % 4];
+        }
+        uint ti = (pos * half_dim + i) * 2;
+        float co = rope[ti], si = rope[ti + 1];
+        o[c] = low ? a * co - b * si : b * co + a * si;
+    }
+    return o;
+}
+
+// Lane j's K row for the block at p0 (position p0 + j), whole: KC 16-byte chunks, zeros where
+// the position is not attended or is the step's own (`pos`, scored from registers).
+void load_k(out uvec4 kc[KC], uvec2 kp, uint seq, uint kvh, uint p0, uint lo, uint p_end, uint pos) {
+    uint p = p0 + gl_SubgroupInvocationID;
+    bool cached = p >= lo && p < p_end && p != pos;
+    uint row = cached ? ((kv_slot(seq, p) * pc.kv_heads + kvh) * KC) : 0u;
+    [[unroll]] for (uint c = 0; c < KC; c++) kc[c] = cached ? KRowRef(kp).c16[row + c] : uvec4(0u);
+}
+
+// C: split-K attention, one subgroup per (row, KV head, split). Lane j holds position j of the
+// current block's scores; lanes hold vec4 v = lane + k SG (k < VPL) of every head vector.
+void phase_attention(uint l) {
+    uint n = params.n_tokens;
+    uint hd = pc.head_dim, hd4 = hd / 4;
+    uint qkv_n = qkv_rows();
+    uint lane = gl_SubgroupInvocationID;
+    uint per, splits;
+    split_plan(per, splits);
+    uvec2 kp = layer_ptr(l, 8), vp = layer_ptr(l, 9);
+    uvec2 qn = layer_ptr(l, 2), kn = layer_ptr(l, 3);
+    float qscale = inversesqrt(float(hd));
+    // Units go round the workgroups first, so short contexts spread over the whole device.
+    for (uint u = gl_SubgroupID * gl_NumWorkGroups.x + gl_WorkGroupID.x; u < n * pc.kv_heads * splits; u += nsub()) {
+        uint t = u / (pc.kv_heads * splits);
+        uint rem = u % (pc.kv_heads * splits);
+        uint kvh = rem / splits, sp = rem % splits;
+        uint seq = rows[t].y, pos = rows[t].x, lo = rows[t].z;
+        uint p_begin = sp * per * SG;
+        uint p_end = min(p_begin + per * SG, pos + 1u);
+        vec4 qr[GQ * VPL];
+        vec4 acc[GQ * VPL];
+        float m[GQ], lsum[GQ];
+        [[unroll]] for (uint g = 0; g < GQ; g++) {
+            m[g] = NEG_INF;
+            lsum[g] = 0.0;
+            uint src = t * qkv_n + (kvh * GQ + g) * hd;
+            float scale = head_scale(src);
+            [[unroll]] for (uint k = 0; k < VPL; k++) {
+                uint v = lane + k * SG;
+                qr[g * VPL + k] = v < hd4 ? roped4(src, v, scale, qn, pos) * qscale : vec4(0.0);
+                acc[g * VPL + k] = vec4(0.0);
+            }
+        }
+        // The step's own k and v: the split that holds `pos` makes them and writes the caches.
+        bool mine = p_begin <= pos && pos < p_begin + per * SG;
+        vec4 knew[VPL], vnew[VPL];
+        [[unroll]] for (uint k = 0; k < VPL; k++) {
+            knew[k] = vec4(0.0);
+            vnew[k] = vec4(0.0);
+        }
+        if (mine) {
+            uint ksrc = t * qkv_n + (pc.heads + kvh) * hd;
+            uint vsrc = t * qkv_n + (pc.heads + pc.kv_heads + kvh) * hd;
+            float scale = head_scale(ksrc);
+            uint base4 = ((kv_slot(seq, pos) * pc.kv_heads + kvh) * hd) / 4;
+            [[unroll]] for (uint k = 0; k < VPL; k++) {
+                uint v = lane + k * SG;
+                if (v < hd4) {
+                    knew[k] = roped4(ksrc, v, scale, kn, pos);
+                    vnew[k] = vec4(qkv[vsrc + 4 * v], qkv[vsrc + 4 * v + 1], qkv[vsrc + 4 * v + 2], qkv[vsrc + 4 * v + 3]);
+                    kv_store(kp, base4 + v, knew[k]);
+                    kv_store(vp, base4 + v, vnew[k]);
+                    // Attention reads what the cache holds.
+                    if (KV_F16 == 1u) {
+                        knew[k] = vec4(f16vec4(knew[k]));
+                        vnew[k] = vec4(f16vec4(vnew[k]));
+                    }
+                }
+            }
+        }
+        for (uint p0 = max(p_begin, lo - lo % SG); p0 < p_end; p0 += SG) {
+            uvec4 kc[KC];
+            load_k(kc, kp, seq, kvh, p0, lo, p_end, pos);
+            bool ok = p0 + lane >= lo && p0 + lane < p_end;
+            float mine_s[GQ];
+            [[unroll]] for (uint g = 0; g < GQ; g++) {
+                float d = 0.0;
+                // The query's vec4 v lives in lane v % SG (register v / SG): every lane takes
+                // the ones its chunk needs.
+                [[unroll]] for (uint c = 0; c < KC; c++) {
+                    if (KV_F16 == 1u) {
+                        uint v = 2u * c;
+                        vec4 a = subgroupShuffle(qr[g * VPL + v / SG], v % SG);
+                        vec4 b = subgroupShuffle(qr[g * VPL + (v + 1u) / SG], (v + 1u) % SG);
+                        d += dot8(kc[c], a, b);
+                    } else {
+                        d += dot(uintBitsToFloat(kc[c]), subgroupShuffle(qr[g * VPL + c / SG], c % SG));
+                    }
+                }
+                mine_s[g] = ok ? d : NEG_INF;
+            }
+            if (mine && p0 <= pos && pos < p0 + SG) {
+                // The step's own position, from the k in registers.
+                [[unroll]] for (uint g = 0; g < GQ; g++) {
+                    float d = 0.0;
+                    [[unroll]] for (uint k = 0; k < VPL; k++) d += dot(qr[g * VPL + k], knew[k]);
+                    d = subgroupAdd(d);
+                    if (lane == pos - p0) mine_s[g] = d;
+                }
+            }
+            float pj[GQ];
+            [[unroll]] for (uint g = 0; g < GQ; g++) {
+                float bm = subgroupMax(mine_s[g]);
+                float nm = max(m[g], bm);
+                float alpha = (m[g] == NEG_INF) ? 0.0 : exp(m[g] - nm);
+                pj[g] = (mine_s[g] == NEG_INF) ? 0.0 : exp(mine_s[g] - nm);
+                lsum[g] = lsum[g] * alpha + subgroupAdd(pj[g]);
+                m[g] = nm;
+                [[unroll]] for (uint k = 0; k < VPL; k++) acc[g * VPL + k] *= alpha;
+            }
+            KvRaw vr[SG * VPL];
+            [[unroll]] for (uint j = 0; j < SG; j++) {
+                uint p = p0 + j;
+                bool cached = p >= lo && p < p_end && p != pos;
+                uint base4 = cached ? ((kv_slot(seq, p) * pc.kv_heads + kvh) * hd) / 4 : 0u;
+                [[unroll]] for (uint k = 0; k < VPL; k++) {
+                    uint v = lane + k * SG;
+                    vr[j * VPL + k] = kv_raw(vp, base4 + v, cached && v < hd4);
+                }
+            }
+            [[unroll]] for (uint j = 0; j < SG; j++) {
+                uint p = p0 + j;
+                vec4 vv[VPL];
+                [[unroll]] for (uint k = 0; k < VPL; k++) vv[k] = p == pos ? vnew[k] : kv_value(vr[j * VPL + k]);
+                [[unroll]] for (uint g = 0; g < GQ; g++) {
+                    float w = subgroupBroadcast(pj[g], j);
+                    [[unroll]] for (uint k = 0; k < VPL; k++) acc[g * VPL + k] += w * vv[k];
+                }
+            }
+        }
+        [[unroll]] for (uint g = 0; g < GQ; g++) {
+            uint h = kvh * GQ + g;
+            uint base = ((t * pc.heads + h) * pc.max_splits + sp) * (hd + 2u);
+            if (lane == 0u) {
+                partial[base] = m[g];
+                partial[base + 1u] = lsum[g];
+            }
+            [[unroll]] for (uint k = 0; k < VPL; k++) {
+                uint v = lane + k * SG;
+                if (v < hd4) {
+                    vec4 a = acc[g * VPL + k];
+                    partial[base + 2u + 4u * v] = a.x;
+                    partial[base + 3u + 4u * v] = a.y;
+                    partial[base + 4u + 4u * v] = a.z;
+                    partial[base + 5u + 4u * v] = a.w;
+                }
+            }
+        }
+    }
+}
+
+// M: merges the splits of each (row, query head), one workgroup per pair: subgroup s takes
+// splits s, s + NSG, ...; the subgroups' sums meet in shared memory (xs).
+void phase_merge() {
+    uint n = params.n_tokens;
+    uint hd = pc.head_dim, hd4 = hd / 4;
+    uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
+    uint per, splits;
+    split_plan(per, splits);
+    for (uint u = gl_WorkGroupID.x; u < n * pc.heads; u += gl_NumWorkGroups.x) {
+        uint base = u * pc.max_splits * (hd + 2u);
+        float mx = NEG_INF;
+        for (uint s = lane; s < splits; s += SG) mx = max(mx, partial[base + s * (hd + 2u)]);
+        mx = subgroupMax(mx);
+        float lsum = 0.0;
+        vec4 acc[VPL];
+        [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] = vec4(0.0);
+        for (uint s = sg; s < splits; s += NSG) {
+            uint b = base + s * (hd + 2u);
+            float ms = partial[b];
+            float w = (ms == NEG_INF) ? 0.0 : exp(ms - mx);
+            lsum += w * partial[b + 1u];
+            [[unroll]] for (uint k = 0; k < VPL; k++) {
+                uint v = lane + k * SG;
+                if (v < hd4) {
+                    acc[k] += w * vec4(partial[b + 2u + 4u * v], partial[b + 3u + 4u * v], partial[b + 4u + 4u * v],
+                                       partial[b + 5u + 4u * v]);
+                }
+            }
+        }
+        [[unroll]] for (uint k = 0; k < VPL; k++) {
+            uint v = lane + k * SG;
+            if (v < hd4) xs[sg * hd4 + v] = acc[k];
+        }
+        if (subgroupElect()) red_f[sg] = lsum;
+        barrier();
+        float total = 0.0;
+        for (uint i = 0; i < NSG; i++) total += red_f[i];
+        float inv = total > 0.0 ? 1.0 / total : 0.0;
+        for (uint v = gl_LocalInvocationIndex; v < hd4; v += WG) {
+            vec4 a = vec4(0.0);
+            for (uint i = 0; i < NSG; i++) a += xs[i * hd4 + v];
+            attn4[u * hd4 + v] = a * inv;
+        }
+        barrier();
+    }
+}
+
+void prefetch_residual(uvec2 wp, uint cols) {
+    prefetch_passes(W8Ref(wp), pc.hidden, 0u, pc.hidden, cols, 0u);
+}
+
+// O and D: x[t] += W . src[t].
+void phase_residual(uvec2 wp, uint src, uint cols) {
+    uint n = params.n_tokens;
+    uint rows = pc.hidden, ks = split_ks(rows), passes = mv_passes(rows, ks);
+    W8Ref w = W8Ref(wp);
+    for (uint t = 0; t < n; t++) {
+        stage(src, t, cols, uvec2(0u));
+        for (uint j = 0; j < passes; j++) {
+            uint r = mv_row(ks, j);
+            float s = r < rows ? pass_dot(w, r, cols, ks, t, j, 0u) : 0.0;
+            s = row_total(s, ks);
+            if (r < rows && writes_row(ks)) x[t * pc.hidden + r] += s;
+        }
+        barrier();
+    }
+}
+
+void prefetch_gate_up(uint l) {
+    W8Ref w = W8Ref(layer_ptr(l, 6));
+    prefetch_passes(w, pc.inter, 0u, pc.inter, pc.hidden, 0u);
+    prefetch_passes(w, pc.inter, pc.inter, 2u * pc.inter, pc.hidden, 1u);
+}
+
+// U: act[t] = silu(gate . norm(x[t])) * (up . norm(x[t])), W = [gate; up].
+void phase_gate_up(uint l) {
+    uint n = params.n_tokens;
+    uint rows = pc.inter, ks = split_ks(rows), passes = mv_passes(rows, ks);
+    W8Ref w = W8Ref(layer_ptr(l, 6));
+    for (uint t = 0; t < n; t++) {
+        float scale = stage(SRC_X, t, pc.hidden, layer_ptr(l, 5));
+        for (uint j = 0; j < passes; j++) {
+            uint r = mv_row(ks, j);
+            float g = r < rows ? pass_dot(w, r, pc.hidden, ks, t, j, 0u) : 0.0;
+            float u = r < rows ? pass_dot(w, r + pc.inter, pc.hidden, ks, t, j, 1u) : 0.0;
+            g = row_total(g, ks) * scale;
+            u = row_total(u, ks) * scale;
+            if (r < rows && writes_row(ks)) act[t * pc.inter + r] = g / (1.0 + exp(-g)) * u;
+        }
+        barrier();
+    }
+}
+
+// Keeps (value, index) pairs ordered: the larger value, then the lower index.
+bool better(float v, uint i, float bv, uint bi) {
+    const uint NONE = 0xffffffffu;
+    return i != NONE && (bi == NONE || v > bv || (v == bv && i < bi));
+}
+
+// H: logits[t] = lm_head . norm(x[t]); each workgroup writes the best of its rows.
+void phase_head() {
+    uint n = params.n_tokens;
+    uint G = gl_NumWorkGroups.x;
+    const uint NONE = 0xffffffffu;
+    for (uint t = 0; t < n; t++) {
+        // The final norm's weights come through binding 7: stage them by hand.
+        uint tid = gl_LocalInvocationIndex;
+        float ss = 0.0;
+        for (uint i = tid; i < pc.hidden / 4; i += WG) {
+            uint o = t * pc.hidden + 4 * i;
+            vec4 v = vec4(x[o], x[o + 1], x[o + 2], x[o + 3]);
+            ss += dot(v, v);
+            xs[i] = v * final_norm4[i];
+        }
+        float scale = inversesqrt(wg_sum(ss) / float(pc.hidden) + pc.eps);
+        barrier();
+        float bv = NEG_INF;
+        uint bi = NONE;
+        for (uint r = gl_WorkGroupID.x * NSG + gl_SubgroupID; r < pc.vocab; r += nsub()) {
+            uint n8 = pc.hidden / 8, base = r * n8;
+            float acc = 0.0;
+            for (uint i = gl_SubgroupInvocationID; i < n8; i += SG) acc += dot8(head8[base + i], xs[2 * i], xs[2 * i + 1]);
+            float s = subgroupAdd(acc) * scale;
+            if (subgroupElect()) logits[t * pc.vocab + r] = s;
+            if (better(s, r, bv, bi)) {
+                bv = s;
+                bi = r;
+            }
+        }
+        red_f[tid] = bv;
+        red_u[tid] = bi;
+        barrier();
+        if (tid == 0u) {
+            for (uint i = SG; i < WG; i += SG) {
+                if (better(red_f[i], red_u[i], bv, bi)) {
+                    bv = red_f[i];
+                    bi = red_u[i];
+                }
+            }
+            sy.best[2u * (t * G + gl_WorkGroupID.x)] = floatBitsToUint(bv);
+            sy.best[2u * (t * G + gl_WorkGroupID.x) + 1u] = bi;
+        }
+        barrier();
+    }
+}
+
+// In the last workgroup to finish: reduces the groups' bests into the output.
+void phase_argmax() {
+    uint n = params.n_tokens;
+    uint G = gl_NumWorkGroups.x;
+    const uint NONE = 0xffffffffu;
+    uint tid = gl_LocalInvocationIndex;
+    for (uint t = 0; t < n; t++) {
+        float bv = NEG_INF;
+        uint bi = NONE;
+        for (uint g = tid; g < G; g += WG) {
+            float v = uintBitsToFloat(sy.best[2u * (t * G + g)]);
+            uint i = sy.best[2u * (t * G + g) + 1u];
+            if (better(v, i, bv, bi)) {
+                bv = v;
+                bi = i;
+            }
+        }
+        red_f[tid] = bv;
+        red_u[tid] = bi;
+        barrier();
+        if (tid == 0u) {
+            for (uint i = 1; i < WG; i++) {
+                if (better(red_f[i], red_u[i], bv, bi)) {
+                    bv = red_f[i];
+                    bi = red_u[i];
+                }
+            }
+            result[t] = bi;
+            result[n + t] = floatBitsToUint(bv);
+        }
+        barrier();
+    }
+}
+
+void main() {
+    if (pc.probe == 1u) {
+        for (uint i = 0; i < 4u; i++) {
+            if (!grid_sync()) return;
+        }
+        last_to_finish();
+        return;
+    }
+    // The status word reads 2 ("did not finish") until the last workgroup has written the tokens.
+    if (gl_WorkGroupID.x == 0u && gl_LocalInvocationIndex == 0u) result[2 * params.n_tokens] = 2u;
+    phase_clock(0u);
+    prefetch_qkv(0u);
+    for (uint l = 0; l < pc.layers; l++) {
+        phase_qkv(l);
+        if (!grid_sync()) return;
+        phase_attention(l);
+        if (!grid_sync()) return;
+        phase_merge();
+        grid_arrive();
+        prefetch_residual(layer_ptr(l, 4), pc.heads * pc.head_dim);
+        if (!grid_wait()) return;
+        phase_residual(layer_ptr(l, 4), SRC_ATTN, pc.heads * pc.head_dim);
+        grid_arrive();
+        prefetch_gate_up(l);
+        if (!grid_wait()) return;
+        phase_gate_up(l);
+        grid_arrive();
+        prefetch_residual(layer_ptr(l, 7), pc.inter);
+        if (!grid_wait()) return;
+        phase_residual(layer_ptr(l, 7), SRC_ACT, pc.inter);
+        grid_arrive();
+        if (l + 1u < pc.layers) prefetch_qkv(l + 1u);
+        if (!grid_wait()) return;
+    }
+    phase_head();
+    if (last_to_finish()) {
+        phase_argmax();
+        if (gl_LocalInvocationIndex == 0u) {
+#ifdef PHASE_CLOCKS
+            clk[BARRIERS_PER_LAYER * pc.layers + 1u] = clockRealtime2x32EXT();
+#endif
+            result[2 * params.n_tokens] = 0u;
+        }
+    }
+}
