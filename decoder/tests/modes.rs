@@ -207,7 +207,18 @@ fn counters_per_decode_token_on_tiny() {
             logits_readback: false,
             kv: KvConfig::default(),
         };
-        let (trace, _) = common::with_gpu(|gpu| capture(gpu, &model, &spec).expect("capture"));
+        let (trace, clock) = common::with_gpu(|gpu| {
+            let (trace, _) = capture(gpu, &model, &spec).expect("capture");
+            (trace, gpu.info().shader_device_clock)
+        });
+        // At dispatch level the persistent kernel writes a clock per phase where the device has
+        // a shader device clock, read back with the token, and its dispatch becomes one span per
+        // phase.
+        let phases = if name == "persistent" && clock {
+            decoder::exec::persistent::clocks(layers as u32) as u64 - 1
+        } else {
+            0
+        };
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("t.json");
         profiler::io::write_trace(&path, &trace).expect("write trace");
@@ -295,16 +306,21 @@ fn counters_per_decode_token_on_tiny() {
                         k.barrier_calls
                     );
                     assert_eq!(
-                        k.bytes_from_device, 8,
-                        "persistent reads back the token and its status word"
+                        k.bytes_from_device,
+                        8 + if phases > 0 { 8 * (phases + 1) } else { 0 },
+                        "persistent reads back the token, its status word and its phase clocks"
                     );
                     assert_eq!(k.transfer_commands, 0);
                 }
             }
             assert_eq!(
                 t.gpu_spans.len() as u64,
-                k.dispatches + k.transfer_commands,
-                "one GPU span per command"
+                if phases > 0 {
+                    phases
+                } else {
+                    k.dispatches + k.transfer_commands
+                },
+                "one GPU span per command (per phase of the persistent kernel)"
             );
             assert!(t.gpu_busy_ns.is_some_and(|g| g > 0));
         }
