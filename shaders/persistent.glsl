@@ -713,6 +713,16 @@ bool better(float v, uint i, float bv, uint bi) {
     return i != NONE && (bi == NONE || v > bv || (v == bv && i < bi));
 }
 
+// Folds the pairs (red_f[i], red_u[i]) for i = from, from + step, ... below WG into (bv, bi).
+void fold_best(uint from, uint step, inout float bv, inout uint bi) {
+    for (uint i = from; i < WG; i += step) {
+        if (better(red_f[i], red_u[i], bv, bi)) {
+            bv = red_f[i];
+            bi = red_u[i];
+        }
+    }
+}
+
 // H: logits[t] = lm_head . norm(x[t]); each workgroup writes the best of its rows.
 void phase_head() {
     uint n = params.n_tokens;
@@ -747,12 +757,7 @@ void phase_head() {
         red_u[tid] = bi;
         barrier();
         if (tid == 0u) {
-            for (uint i = SG; i < WG; i += SG) {
-                if (better(red_f[i], red_u[i], bv, bi)) {
-                    bv = red_f[i];
-                    bi = red_u[i];
-                }
-            }
+            fold_best(SG, SG, bv, bi);
             sy.best[2u * (t * G + gl_WorkGroupID.x)] = floatBitsToUint(bv);
             sy.best[2u * (t * G + gl_WorkGroupID.x) + 1u] = bi;
         }
@@ -781,12 +786,7 @@ void phase_argmax() {
         red_u[tid] = bi;
         barrier();
         if (tid == 0u) {
-            for (uint i = 1; i < WG; i++) {
-                if (better(red_f[i], red_u[i], bv, bi)) {
-                    bv = red_f[i];
-                    bi = red_u[i];
-                }
-            }
+            fold_best(1u, 1u, bv, bi);
             result[t] = bi;
             result[n + t] = floatBitsToUint(bv);
         }

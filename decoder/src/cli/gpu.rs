@@ -72,7 +72,9 @@ pub struct GpuArgs {
     /// Enable the Khronos validation layer (slow; fails on nothing, prints what it reports).
     #[arg(long)]
     pub validation: bool,
-    /// GPU timestamp level: off | token | region | dispatch.
+    /// GPU timestamp level: off | token | region | dispatch. At `dispatch`, `--kernels persistent`
+    /// reports one span per phase of its single dispatch (`token/L3.attention`, ...) from its
+    /// phase clocks, where the device has a shader device clock.
     #[arg(long, value_enum, default_value = "token")]
     pub timestamps: Timestamps,
     /// Skip the memory bandwidth probe (a fraction of a second at start-up); traces then leave

@@ -961,6 +961,20 @@ impl Engine {
             .collect()
     }
 
+    /// `n` little-endian words of the host-visible buffer `buf`, from byte `offset`.
+    fn read_u32s(&mut self, buf: Buf, offset: u64, n: usize) -> anyhow::Result<Vec<u32>> {
+        let b = self
+            .bufs
+            .get(&buf)
+            .ok_or_else(|| anyhow!("internal: buffer {buf:?} missing"))?;
+        let mut bytes = vec![0u8; 4 * n];
+        self.rec.read(b, offset, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
     fn write_new_set(&mut self, step: &Step, lifetime: SetLifetime) -> anyhow::Result<DescSet> {
         let desc = self.pipeline_desc(step);
         self.pipeline(desc)?;
@@ -1358,18 +1372,7 @@ impl Engine {
                 None
             };
             let gpu_tokens = if p.reads_argmax {
-                let mut words = vec![0u8; head_rows * 4];
-                let b = self
-                    .bufs
-                    .get(&Buf::ArgmaxOut)
-                    .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
-                self.rec.read(b, 0, &mut words)?;
-                Some(
-                    words
-                        .chunks_exact(4)
-                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect::<Vec<u32>>(),
-                )
+                Some(self.read_u32s(Buf::ArgmaxOut, 0, head_rows)?)
             } else {
                 None
             };

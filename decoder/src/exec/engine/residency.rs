@@ -158,18 +158,11 @@ impl Engine {
             return Ok(spans);
         }
         let n = clocks(self.shape.layers) as usize;
-        let mut bytes = vec![0u8; 8 * n];
-        let b = self
-            .bufs
-            .get(&Buf::PhaseClocks)
-            .ok_or_else(|| anyhow!("internal: phase clock buffer missing"))?;
-        self.rec.read(b, 0, &mut bytes)?;
-        let c: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|w| {
-                u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64
-                    | (u32::from_le_bytes([w[4], w[5], w[6], w[7]]) as u64) << 32
-            })
+        // uvec2 (low, high) per clock.
+        let c: Vec<u64> = self
+            .read_u32s(Buf::PhaseClocks, 0, 2 * n)?
+            .chunks_exact(2)
+            .map(|w| w[0] as u64 | (w[1] as u64) << 32)
             .collect();
         let total = c[n - 1].wrapping_sub(c[0]);
         if phase_ops.len() + 1 != n || total == 0 || c.windows(2).any(|w| w[1] < w[0]) {
@@ -315,7 +308,7 @@ impl Engine {
             self.rec.write(out, 8, &0u32.to_le_bytes())?;
         }
         let desc = self.pipeline_desc(&step);
-        self.pipeline(desc)?;
+        // Creates the pipeline too.
         let set = self.write_new_set(&step, SetLifetime::Persistent)?;
         let Engine {
             rec,
@@ -338,13 +331,7 @@ impl Engine {
         rec.end(cmd)?;
         rec.submit(&[cmd], Some(*fence))?;
         rec.wait(*fence)?;
-        let mut word = [0u8; 4];
-        let out = self
-            .bufs
-            .get(&Buf::ArgmaxOut)
-            .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
-        self.rec.read(out, 8, &mut word)?;
-        Ok(u32::from_le_bytes(word) == 0)
+        Ok(self.read_u32s(Buf::ArgmaxOut, 8, 1)?[0] == 0)
     }
 
     /// After a decode step of the persistent kernel over `rows` rows: an error when a grid
@@ -357,13 +344,7 @@ impl Engine {
         if !self.persistent() || kind != StepKind::Decode {
             return Ok(());
         }
-        let mut word = [0u8; 4];
-        let out = self
-            .bufs
-            .get(&Buf::ArgmaxOut)
-            .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
-        self.rec.read(out, 8 * rows as u64, &mut word)?;
-        let status = u32::from_le_bytes(word);
+        let status = self.read_u32s(Buf::ArgmaxOut, 8 * rows as u64, 1)?[0];
         if status != 0 {
             // The barrier words of a step that did not finish are not reset by the kernel.
             self.zero_sync()?;
