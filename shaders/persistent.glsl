@@ -13,8 +13,9 @@
 //                 O  o-projection, residual add as its epilogue
 //                 U  gate/up matvec with RMSNorm folded, SwiGLU epilogue
 //                 D  down-projection, residual add
-//   head:         H  lm_head with the final norm folded; each workgroup keeps the argmax of its
-//                    rows; the last workgroup to finish (an atomic count) reduces them.
+//   head:         H  lm_head with the final norm folded, HR rows per subgroup in flight at a
+//                    time; each workgroup keeps the argmax of its rows; the last workgroup to
+//                    finish (an atomic count) reduces them.
 //
 // That is 6 barriers per layer. Matvec phases give each row to KS subgroups of one workgroup
 // (KS > 1 when the grid has more subgroups than twice the rows; their sums meet in shared
@@ -92,6 +93,9 @@ const uint BARRIERS_PER_LAYER = 6;
 // uvec4s per lane of a matvec row loaded while the grid meets, for the first PF_PASSES passes.
 const uint PF = 4;
 const uint PF_PASSES = 2;
+// lm_head rows a subgroup reads at a time, and the chunks per lane of each read at once.
+const uint HR = 4;
+const uint HC = 4;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer W8Ref { uvec4 w8[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer F32Ref { vec4 v4[]; };
@@ -434,24 +438,53 @@ void split_plan(out uint per, out uint splits) {
     splits = (blocks + per - 1u) / per;
 }
 
-// The RMS scale of the head at qkv[src ..] (1 without QK norm); every lane gets it.
-float head_scale(uint src) {
-    if (QK_NORM == 0u) return 1.0;
+// A lane's part of a head at qkv[src ..] as loaded: for each of its elements e = 4 v + c, the
+// pair RoPE rotates together (a: element i, b: element i + hd / 2, where i = e mod hd / 2). All of
+// a head's loads are issued at once, before its RMS scale is known.
+struct HeadRaw {
+    vec4 a;
+    vec4 b;
+};
+
+HeadRaw head_raw(uint src, uint v) {
+    uint half_dim = pc.head_dim / 2;
+    HeadRaw r;
+    [[unroll]] for (uint c = 0; c < 4u; c++) {
+        uint e = 4u * v + c;
+        uint i = e < half_dim ? e : e - half_dim;
+        r.a[c] = qkv[src + i];
+        r.b[c] = qkv[src + i + half_dim];
+    }
+    return r;
+}
+
+// The sum of squares of the lane's own elements (each of the head's elements is one lane's own).
+float head_ss(HeadRaw r, uint v) {
+    uint half_dim = pc.head_dim / 2;
     float ss = 0.0;
-    for (uint i = gl_SubgroupInvocationID; i < pc.head_dim; i += SG) ss += qkv[src + i] * qkv[src + i];
+    [[unroll]] for (uint c = 0; c < 4u; c++) {
+        float own = (4u * v + c < half_dim) ? r.a[c] : r.b[c];
+        ss += own * own;
+    }
+    return ss;
+}
+
+// The RMS scale of a head from its lanes' sums of squares (1 without QK norm).
+float head_scale(float ss) {
+    if (QK_NORM == 0u) return 1.0;
     return inversesqrt(subgroupAdd(ss) / float(pc.head_dim) + pc.eps);
 }
 
-// Elements 4 v .. 4 v + 3 of the head at qkv[src ..] after RMSNorm (scale, weights nw: Qwen3)
-// and RoPE at `pos` (element i pairs with i + hd / 2).
-vec4 roped4(uint src, uint v, float scale, uvec2 nw, uint pos) {
+// Elements 4 v .. 4 v + 3 of a head after RMSNorm (scale, weights nw: Qwen3) and RoPE at `pos`
+// (element i pairs with i + hd / 2).
+vec4 roped4(HeadRaw r, uint v, float scale, uvec2 nw, uint pos) {
     uint half_dim = pc.head_dim / 2;
     vec4 o;
     [[unroll]] for (uint c = 0; c < 4u; c++) {
         uint e = 4u * v + c;
         bool low = e < half_dim;
         uint i = low ? e : e - half_dim;
-        float a = qkv[src + i] * scale, b = qkv[src + i + half_dim] * scale;
+        float a = r.a[c] * scale, b = r.b[c] * scale;
         if (QK_NORM == 1u) {
             a *= F32Ref(nw).v4[i / 4][i % 4];
             b *= F32Ref(nw).v4[(i + half_dim) / 4][(i + half_dim) % 4];
@@ -492,37 +525,58 @@ void phase_attention(uint l) {
         uint seq = rows[t].y, pos = rows[t].x, lo = rows[t].z;
         uint p_begin = sp * per * SG;
         uint p_end = min(p_begin + per * SG, pos + 1u);
+        // The step's own k and v: the split that holds `pos` makes them and writes the caches.
+        // Every load of the query heads (and of the step's k and v) is issued before the first
+        // RMS scale is reduced: one round trip to the coherent level instead of two per head.
+        bool mine = p_begin <= pos && pos < p_begin + per * SG;
+        uint ksrc = t * qkv_n + (pc.heads + kvh) * hd;
+        uint vsrc = t * qkv_n + (pc.heads + pc.kv_heads + kvh) * hd;
+        HeadRaw qraw[GQ * VPL], kraw[VPL];
+        vec4 knew[VPL], vnew[VPL];
+        [[unroll]] for (uint k = 0; k < VPL; k++) {
+            uint v = lane + k * SG;
+            [[unroll]] for (uint g = 0; g < GQ; g++) {
+                qraw[g * VPL + k] = HeadRaw(vec4(0.0), vec4(0.0));
+                if (v < hd4) qraw[g * VPL + k] = head_raw(t * qkv_n + (kvh * GQ + g) * hd, v);
+            }
+            kraw[k] = HeadRaw(vec4(0.0), vec4(0.0));
+            knew[k] = vec4(0.0);
+            vnew[k] = vec4(0.0);
+            if (mine && v < hd4) {
+                kraw[k] = head_raw(ksrc, v);
+                vnew[k] = vec4(qkv[vsrc + 4 * v], qkv[vsrc + 4 * v + 1], qkv[vsrc + 4 * v + 2], qkv[vsrc + 4 * v + 3]);
+            }
+        }
         vec4 qr[GQ * VPL];
         vec4 acc[GQ * VPL];
         float m[GQ], lsum[GQ];
         [[unroll]] for (uint g = 0; g < GQ; g++) {
             m[g] = NEG_INF;
             lsum[g] = 0.0;
-            uint src = t * qkv_n + (kvh * GQ + g) * hd;
-            float scale = head_scale(src);
+            float ss = 0.0;
             [[unroll]] for (uint k = 0; k < VPL; k++) {
                 uint v = lane + k * SG;
-                qr[g * VPL + k] = v < hd4 ? roped4(src, v, scale, qn, pos) * qscale : vec4(0.0);
+                if (v < hd4) ss += head_ss(qraw[g * VPL + k], v);
+            }
+            float scale = head_scale(ss);
+            [[unroll]] for (uint k = 0; k < VPL; k++) {
+                uint v = lane + k * SG;
+                qr[g * VPL + k] = v < hd4 ? roped4(qraw[g * VPL + k], v, scale, qn, pos) * qscale : vec4(0.0);
                 acc[g * VPL + k] = vec4(0.0);
             }
         }
-        // The step's own k and v: the split that holds `pos` makes them and writes the caches.
-        bool mine = p_begin <= pos && pos < p_begin + per * SG;
-        vec4 knew[VPL], vnew[VPL];
-        [[unroll]] for (uint k = 0; k < VPL; k++) {
-            knew[k] = vec4(0.0);
-            vnew[k] = vec4(0.0);
-        }
         if (mine) {
-            uint ksrc = t * qkv_n + (pc.heads + kvh) * hd;
-            uint vsrc = t * qkv_n + (pc.heads + pc.kv_heads + kvh) * hd;
-            float scale = head_scale(ksrc);
+            float ss = 0.0;
+            [[unroll]] for (uint k = 0; k < VPL; k++) {
+                uint v = lane + k * SG;
+                if (v < hd4) ss += head_ss(kraw[k], v);
+            }
+            float scale = head_scale(ss);
             uint base4 = ((kv_slot(seq, pos) * pc.kv_heads + kvh) * hd) / 4;
             [[unroll]] for (uint k = 0; k < VPL; k++) {
                 uint v = lane + k * SG;
                 if (v < hd4) {
-                    knew[k] = roped4(ksrc, v, scale, kn, pos);
-                    vnew[k] = vec4(qkv[vsrc + 4 * v], qkv[vsrc + 4 * v + 1], qkv[vsrc + 4 * v + 2], qkv[vsrc + 4 * v + 3]);
+                    knew[k] = roped4(kraw[k], v, scale, kn, pos);
                     kv_store(kp, base4 + v, knew[k]);
                     kv_store(vp, base4 + v, vnew[k]);
                     // Attention reads what the cache holds.
@@ -742,15 +796,37 @@ void phase_head() {
         barrier();
         float bv = NEG_INF;
         uint bi = NONE;
-        for (uint r = gl_WorkGroupID.x * NSG + gl_SubgroupID; r < pc.vocab; r += nsub()) {
-            uint n8 = pc.hidden / 8, base = r * n8;
-            float acc = 0.0;
-            for (uint i = gl_SubgroupInvocationID; i < n8; i += SG) acc += dot8(head8[base + i], xs[2 * i], xs[2 * i + 1]);
-            float s = subgroupAdd(acc) * scale;
-            if (subgroupElect()) logits[t * pc.vocab + r] = s;
-            if (better(s, r, bv, bi)) {
-                bv = s;
-                bi = r;
+        // HR rows per subgroup at a time (r0 + k nsub), the first HC chunks per lane of each
+        // loaded at once: HR x HC loads in flight per lane.
+        uint n8 = pc.hidden / 8, lane = gl_SubgroupInvocationID;
+        for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; r0 < pc.vocab; r0 += HR * nsub()) {
+            uvec4 w[HR * HC];
+            [[unroll]] for (uint k = 0; k < HR; k++) {
+                uint r = r0 + k * nsub();
+                [[unroll]] for (uint c = 0; c < HC; c++) {
+                    uint i = lane + c * SG;
+                    w[k * HC + c] = (r < pc.vocab && i < n8) ? head8[r * n8 + i] : uvec4(0u);
+                }
+            }
+            [[unroll]] for (uint k = 0; k < HR; k++) {
+                uint r = r0 + k * nsub();
+                float acc = 0.0;
+                [[unroll]] for (uint c = 0; c < HC; c++) {
+                    uint i = lane + c * SG;
+                    if (i < n8) acc += dot8(w[k * HC + c], xs[2 * i], xs[2 * i + 1]);
+                }
+                // Rows wider than HC chunks per lane: the rest, one load at a time.
+                if (r < pc.vocab) {
+                    for (uint i = lane + HC * SG; i < n8; i += SG) acc += dot8(head8[r * n8 + i], xs[2 * i], xs[2 * i + 1]);
+                }
+                float s = subgroupAdd(acc) * scale;
+                if (r < pc.vocab) {
+                    if (subgroupElect()) logits[t * pc.vocab + r] = s;
+                    if (better(s, r, bv, bi)) {
+                        bv = s;
+                        bi = r;
+                    }
+                }
             }
         }
         red_f[tid] = bv;
