@@ -222,8 +222,10 @@ pub struct Row {
     pub host_enqueue_us: f64,
     /// GPU busy time of one decode step, median (timestamps on).
     pub gpu_us: Option<f64>,
-    /// GPU time of the attention ops (attention kernels and the paged gather) per decode step,
-    /// median over the dispatch-level breakdown steps.
+    /// GPU time of the attention ops (attention kernels and the paged gather, or the persistent
+    /// kernel's attention and merge phases) per decode step: their median share of a step's GPU
+    /// time over the dispatch-level breakdown steps, times `gpu_us` (the sum itself when the
+    /// timed steps ran without timestamps).
     pub attention_gpu_us: Option<f64>,
     /// The paged gather's share of `attention_gpu_us`.
     pub gather_gpu_us: Option<f64>,
@@ -260,6 +262,35 @@ fn median(mut v: Vec<f64>) -> f64 {
         v[n / 2]
     } else {
         0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// GPU time per step of the spans `pick` selects in the dispatch-level breakdown `records`: their
+/// median share of a step's GPU time (the union of its spans) times the timed steps' GPU time
+/// `gpu_us`. Dispatch-level timestamps lengthen a step, and a step's spans can be far off as a
+/// whole (the first breakdown step after the switch on lavapipe; on an H100 the persistent rows'
+/// attention came out longer than the step), which a share within one step's own spans does not
+/// carry over. Without timed GPU time (timestamps off), the median of the sums.
+fn picked_us(records: &[TokenRecord], pick: &dyn Fn(u32) -> bool, gpu_us: Option<f64>) -> f64 {
+    let picked = |t: &TokenRecord| {
+        t.gpu_spans
+            .iter()
+            .filter(|s| pick(s.op()))
+            .map(|s| s.dur_ns() as f64 / 1e3)
+            .sum::<f64>()
+    };
+    match gpu_us {
+        Some(gpu_us) => {
+            let shares: Vec<f64> = records
+                .iter()
+                .filter_map(|t| {
+                    let busy = profiler::stats::union_ns(&t.gpu_spans) as f64 / 1e3;
+                    (busy > 0.0).then(|| (picked(t) / busy).min(1.0))
+                })
+                .collect();
+            median(shares) * gpu_us
+        }
+        None => median(records.iter().map(picked).collect()),
     }
 }
 
@@ -946,23 +977,11 @@ fn measure(
             ops.get(op as usize)
                 .is_some_and(|o| o.label.ends_with("kv_gather"))
         };
-        let per_step = |pick: &dyn Fn(u32) -> bool| {
-            median(
-                engine.records()[from..]
-                    .iter()
-                    .map(|t| {
-                        t.gpu_spans
-                            .iter()
-                            .filter(|s| pick(s.op()))
-                            .map(|s| s.dur_ns() as f64 / 1e3)
-                            .sum::<f64>()
-                    })
-                    .collect(),
-            )
-        };
+        let records = &engine.records()[from..];
+        let per_step = |pick: &dyn Fn(u32) -> bool| picked_us(records, pick, m.gpu_us);
         // A program with no attention dispatch of its own (the persistent kernel runs the whole
         // token in one) has no attention time to report.
-        let separate = engine.records()[from..]
+        let separate = records
             .iter()
             .any(|t| t.gpu_spans.iter().any(|s| is_attention(s.op())));
         (
@@ -1036,4 +1055,35 @@ fn measure(
         tokens_match: true,
         ids: seqs.first_ids.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler::trace::GpuSpan;
+
+    /// A step of two spans: op 0 (`other` us) then op 1 (`picked` us).
+    fn step(other: u64, picked: u64) -> TokenRecord {
+        TokenRecord {
+            gpu_spans: vec![
+                GpuSpan(0, 0, other * 1000, 0, 0),
+                GpuSpan(1, other * 1000, picked * 1000, 0, 0),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn picked_time_is_a_share_of_the_timed_gpu_time() {
+        let is_one = |op: u32| op == 1;
+        // A quarter of each step, but one step's timestamps are a thousand times too long.
+        let records = vec![step(300, 100), step(300_000, 100_000), step(600, 200)];
+        assert_eq!(picked_us(&records, &is_one, Some(2000.0)), 500.0);
+        // Without timed GPU time: the median of the sums.
+        assert_eq!(picked_us(&records, &is_one, None), 200.0);
+        // Steps without spans are left out of the shares.
+        let mut empty = records.clone();
+        empty.push(TokenRecord::default());
+        assert_eq!(picked_us(&empty, &is_one, Some(2000.0)), 500.0);
+    }
 }
