@@ -102,6 +102,9 @@ struct DescriptorPools {
     current: usize,
 }
 
+/// How long [`Recorder::wait`] polls a fence on a GPU before it blocks.
+pub const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Records, submits and waits, counting every call.
 pub struct Recorder {
     gpu: Gpu,
@@ -635,10 +638,25 @@ impl Recorder {
         }
     }
 
-    /// Blocks until `fence` signals, then resets it.
+    /// Blocks until `fence` signals, then resets it. On a GPU the host first polls the fence
+    /// for up to [`SPIN_WAIT`]: a decode step takes a few milliseconds, and a blocking wait
+    /// adds the thread's wake-up to every token. A CPU driver's threads share the host's cores,
+    /// so there the wait blocks at once.
     pub fn wait(&mut self, fence: FenceId) -> VkResult<()> {
         self.counters.fence_waits += 1;
         let f = [self.fences[fence.0]];
+        if self.gpu.info().device_type != "cpu" {
+            let start = std::time::Instant::now();
+            // SAFETY: the fence belongs to this device and was submitted.
+            while !unsafe { self.dev().get_fence_status(f[0]) }
+                .map_err(|e| self.lost_or(e, "vkGetFenceStatus"))?
+            {
+                if start.elapsed() > SPIN_WAIT {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
         // SAFETY: the fence belongs to this device and was submitted.
         unsafe {
             self.dev()
