@@ -9,7 +9,8 @@
 //                    subgroup applies q RMSNorm + RoPE to its query heads itself; the subgroup
 //                    whose split holds the row's position also applies them to the new k,
 //                    writes k and v into the caches and uses them from registers
-//                 M  merge of the splits, a workgroup per (row, query head)
+//                 M  merge of the splits, a workgroup per (row, query head), each subgroup
+//                    reading MU splits at a time
 //                 O  o-projection, residual add as its epilogue
 //                 U  gate/up matvec with RMSNorm folded, SwiGLU epilogue
 //                 D  down-projection, residual add
@@ -96,6 +97,8 @@ const uint PF_PASSES = 2;
 // lm_head rows a subgroup reads at a time, and the chunks per lane of each read at once.
 const uint HR = 4;
 const uint HC = 4;
+// Splits a merge subgroup reads at a time.
+const uint MU = 4;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer W8Ref { uvec4 w8[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer F32Ref { vec4 v4[]; };
@@ -684,16 +687,29 @@ void phase_merge() {
         float lsum = 0.0;
         vec4 acc[VPL];
         [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] = vec4(0.0);
-        for (uint s = sg; s < splits; s += NSG) {
-            uint b = base + s * (hd + 2u);
-            float ms = partial[b];
-            float w = (ms == NEG_INF) ? 0.0 : exp(ms - mx);
-            lsum += w * partial[b + 1u];
-            [[unroll]] for (uint k = 0; k < VPL; k++) {
-                uint v = lane + k * SG;
-                if (v < hd4) {
-                    acc[k] += w * vec4(partial[b + 2u + 4u * v], partial[b + 3u + 4u * v], partial[b + 4u + 4u * v],
-                                       partial[b + 5u + 4u * v]);
+        // MU splits (s, s + NSG, ...) at a time: their loads are issued together, then summed in
+        // the same order as one at a time.
+        for (uint s0 = sg; s0 < splits; s0 += MU * NSG) {
+            float ms[MU], ls[MU];
+            vec4 o[MU * VPL];
+            [[unroll]] for (uint i = 0; i < MU; i++) {
+                uint s = s0 + i * NSG;
+                bool ok = s < splits;
+                uint b = base + (ok ? s : 0u) * (hd + 2u);
+                ms[i] = ok ? partial[b] : NEG_INF;
+                ls[i] = ok ? partial[b + 1u] : 0.0;
+                [[unroll]] for (uint k = 0; k < VPL; k++) {
+                    uint v = lane + k * SG;
+                    o[i * VPL + k] = (ok && v < hd4) ? vec4(partial[b + 2u + 4u * v], partial[b + 3u + 4u * v],
+                                                            partial[b + 4u + 4u * v], partial[b + 5u + 4u * v])
+                                                     : vec4(0.0);
+                }
+            }
+            [[unroll]] for (uint i = 0; i < MU; i++) {
+                if (s0 + i * NSG < splits) {
+                    float w = (ms[i] == NEG_INF) ? 0.0 : exp(ms[i] - mx);
+                    lsum += w * ls[i];
+                    [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] += w * o[i * VPL + k];
                 }
             }
         }
