@@ -58,10 +58,8 @@ pub fn capture(
     };
     let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
         .context("cannot set up the Vulkan decoder")?;
-    if let Some((groups, wg)) = engine.persistent_grid() {
-        eprintln!(
-            "persistent kernel: a grid of {groups} workgroups of {wg} invocations (residency probe)"
-        );
+    for line in engine.persistent_report() {
+        eprintln!("{line}");
     }
     if spec.kv.batch > 1 {
         let prompts = batch_prompts(&spec.prompt_ids, spec.kv.batch);

@@ -835,10 +835,8 @@ fn run_group(
     };
     let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
         .context("cannot set up the Vulkan decoder")?;
-    if let Some((groups, wg)) = engine.persistent_grid() {
-        bar.println(format!(
-            "persistent kernel: a grid of {groups} workgroups of {wg} invocations (residency probe)"
-        ));
+    for line in engine.persistent_report() {
+        bar.println(line);
     }
     // Prompt tokens in the cache per sequence, and the greedy token after each prompt.
     let mut held: Vec<usize> = vec![0; g.kv.batch.max(1) as usize];

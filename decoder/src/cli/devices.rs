@@ -132,6 +132,8 @@ pub fn table(devices: &[DeviceInfo], probes: &[Option<Bandwidth>]) -> String {
         ("16-bit storage", |d| yes(d.storage_buffer_16bit)),
         ("float16 arithmetic", |d| yes(d.shader_float16)),
         ("host query reset", |d| yes(d.host_query_reset)),
+        ("shader device clock", |d| yes(d.shader_device_clock)),
+        ("pipeline statistics", |d| yes(d.pipeline_statistics)),
         (
             "separate transfer queue",
             |d| yes(d.separate_transfer_queue),

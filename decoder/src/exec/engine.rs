@@ -295,6 +295,49 @@ impl Engine {
             .then_some((self.tuning.persistent_groups, self.tuning.persistent_wg))
     }
 
+    /// What `capture` and `bench` print about the persistent kernel: its grid, and the driver's
+    /// statistics of its compiled pipeline (registers, spills, ... where the device reports
+    /// them: VK_KHR_pipeline_executable_properties). Empty for the other kernels.
+    pub fn persistent_report(&self) -> Vec<String> {
+        let Some((groups, wg)) = self.persistent_grid() else {
+            return Vec::new();
+        };
+        let mut out = vec![format!(
+            "persistent kernel: a grid of {groups} workgroups of {wg} invocations (residency probe)"
+        )];
+        for (desc, p) in &self.pipelines {
+            if !matches!(
+                desc.shader,
+                crate::shaders::Shader::Persistent | crate::shaders::Shader::PersistentClocked
+            ) {
+                continue;
+            }
+            // A driver that fails to report is worth a line, not the run.
+            let stats = match p.statistics() {
+                Ok(s) => s,
+                Err(e) => {
+                    out.push(format!(
+                        "{}: the driver's statistics could not be read ({e})",
+                        desc.shader.name()
+                    ));
+                    continue;
+                }
+            };
+            if !stats.is_empty() {
+                let list: Vec<String> = stats
+                    .iter()
+                    .map(|s| format!("{} {}", s.name, s.value))
+                    .collect();
+                out.push(format!(
+                    "{} (driver statistics): {}",
+                    desc.shader.name(),
+                    list.join(", ")
+                ));
+            }
+        }
+        out
+    }
+
     pub fn timestamps(&self) -> Timestamps {
         self.opts.timestamps
     }

@@ -70,6 +70,7 @@ pub(crate) struct Shared {
     pub pipeline_cache: vk::PipelineCache,
     pub debug_device: Option<ash::ext::debug_utils::Device>,
     pub push_descriptor: Option<ash::khr::push_descriptor::Device>,
+    pub pipeline_exec: Option<ash::khr::pipeline_executable_properties::Device>,
     pub calibrator: Option<Calibrator>,
     /// The bandwidth probe's figures once measured on this device (`decoder::probe`).
     pub bandwidth: std::sync::OnceLock<Bandwidth>,
@@ -365,6 +366,9 @@ impl Gpu {
         if info.shader_device_clock {
             ext_ptrs.push(ash::khr::shader_clock::NAME.as_ptr());
         }
+        if info.pipeline_statistics {
+            ext_ptrs.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
         let prio = [1.0f32];
         let mut queue_infos = vec![
             vk::DeviceQueueCreateInfo::default()
@@ -393,6 +397,11 @@ impl Gpu {
             .push_next(&mut f12);
         if info.shader_device_clock {
             create = create.push_next(&mut clock);
+        }
+        let mut exec = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        if info.pipeline_statistics {
+            create = create.push_next(&mut exec);
         }
         // SAFETY: `pd` belongs to the live instance; the create-info and its chain are locals.
         let device = unsafe { bundle.instance.create_device(*pd, &create, None) }
@@ -437,6 +446,9 @@ impl Gpu {
         let push_descriptor = info
             .push_descriptors
             .then(|| ash::khr::push_descriptor::Device::new(&bundle.instance, &device));
+        let pipeline_exec = info.pipeline_statistics.then(|| {
+            ash::khr::pipeline_executable_properties::Device::new(&bundle.instance, &device)
+        });
         let calibrator = if p.calibrated_khr {
             Some(Calibrator::Khr(
                 ash::khr::calibrated_timestamps::Device::new(&bundle.instance, &device),
@@ -458,6 +470,7 @@ impl Gpu {
             pipeline_cache,
             debug_device,
             push_descriptor,
+            pipeline_exec,
             calibrator,
         })
     }
@@ -546,6 +559,7 @@ struct DeviceParts {
     pipeline_cache: vk::PipelineCache,
     debug_device: Option<ash::ext::debug_utils::Device>,
     push_descriptor: Option<ash::khr::push_descriptor::Device>,
+    pipeline_exec: Option<ash::khr::pipeline_executable_properties::Device>,
     calibrator: Option<Calibrator>,
 }
 
@@ -567,6 +581,7 @@ impl DeviceParts {
                 pipeline_cache: self.pipeline_cache,
                 debug_device: self.debug_device,
                 push_descriptor: self.push_descriptor,
+                pipeline_exec: self.pipeline_exec,
                 calibrator: self.calibrator,
                 bandwidth: std::sync::OnceLock::new(),
             }),

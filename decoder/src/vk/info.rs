@@ -44,6 +44,9 @@ pub struct DeviceInfo {
     /// The device clock in shaders (VK_KHR_shader_clock's shaderDeviceClock): the persistent
     /// kernel's phase clocks at `--timestamps dispatch`.
     pub shader_device_clock: bool,
+    /// The driver reports statistics of compiled pipelines (VK_KHR_pipeline_executable_properties:
+    /// registers, spills, code size, as the driver names them).
+    pub pipeline_statistics: bool,
     pub max_storage_buffer_range: u64,
     pub max_memory_allocation_size: u64,
     pub max_compute_workgroup_invocations: u32,
@@ -124,11 +127,15 @@ pub(crate) fn probe(
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut clock = vk::PhysicalDeviceShaderClockFeaturesKHR::default();
+        let mut exec = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
         let mut feats2 = vk::PhysicalDeviceFeatures2::default()
             .push_next(&mut f11)
             .push_next(&mut f12);
         if has("VK_KHR_shader_clock") {
             feats2 = feats2.push_next(&mut clock);
+        }
+        if has("VK_KHR_pipeline_executable_properties") {
+            feats2 = feats2.push_next(&mut exec);
         }
         instance.get_physical_device_features2(pd, &mut feats2);
 
@@ -230,6 +237,7 @@ pub(crate) fn probe(
             host_query_reset: f12.host_query_reset == vk::TRUE,
             grid_sync: f12.buffer_device_address == vk::TRUE,
             shader_device_clock: clock.shader_device_clock == vk::TRUE,
+            pipeline_statistics: exec.pipeline_executable_info == vk::TRUE,
             max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,
             max_memory_allocation_size: p11.max_memory_allocation_size,
             max_compute_workgroup_invocations: props.limits.max_compute_work_group_invocations,

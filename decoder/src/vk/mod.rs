@@ -25,5 +25,5 @@ pub use clock::host_now_ns;
 pub use context::{Bandwidth, Calibration, Gpu, GpuOptions, ValidationLog, list_devices};
 pub use error::{VkError, VkResult};
 pub use info::DeviceInfo;
-pub use pipeline::{Pipeline, PipelineDesc, SPEC_CONSTANTS};
+pub use pipeline::{Pipeline, PipelineDesc, PipelineStat, SPEC_CONSTANTS};
 pub use recorder::{BufRange, Cmd, DescSet, FenceId, QueryPool, Queue, Recorder, SetLifetime};

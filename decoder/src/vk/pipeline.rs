@@ -42,9 +42,72 @@ impl std::fmt::Debug for Pipeline {
     }
 }
 
+/// One statistic the driver reports for a compiled pipeline (VK_KHR_pipeline_executable_properties),
+/// named as the driver names it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineStat {
+    /// The executable (a compute pipeline has one, but a driver may report several stages).
+    pub executable: String,
+    pub name: String,
+    pub value: String,
+}
+
 impl Pipeline {
     pub fn desc(&self) -> &PipelineDesc {
         &self.desc
+    }
+
+    /// The driver's statistics of this pipeline's executables; empty where the device does not
+    /// report them.
+    pub fn statistics(&self) -> VkResult<Vec<PipelineStat>> {
+        let Some(ext) = &self.shared.pipeline_exec else {
+            return Ok(Vec::new());
+        };
+        let info = vk::PipelineInfoKHR::default().pipeline(self.pipeline);
+        let text = |chars: &[std::ffi::c_char]| {
+            let bytes: Vec<u8> = chars
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        // SAFETY: the pipeline belongs to this device and was created with
+        // CAPTURE_STATISTICS (the extension's loader exists only then); the outputs are sized by
+        // the driver's counts.
+        let execs = unsafe { ext.get_pipeline_executable_properties(&info) }
+            .map_err(call("vkGetPipelineExecutablePropertiesKHR"))?;
+        let mut out = Vec::new();
+        for (i, e) in execs.iter().enumerate() {
+            let exec = vk::PipelineExecutableInfoKHR::default()
+                .pipeline(self.pipeline)
+                .executable_index(i as u32);
+            // SAFETY: as above; `i` is one of the pipeline's executables.
+            let stats = unsafe { ext.get_pipeline_executable_statistics(&exec) }
+                .map_err(call("vkGetPipelineExecutableStatisticsKHR"))?;
+            for s in &stats {
+                // SAFETY: the union member read is the one `format` names.
+                let value = unsafe {
+                    match s.format {
+                        vk::PipelineExecutableStatisticFormatKHR::BOOL32 => {
+                            (s.value.b32 != 0).to_string()
+                        }
+                        vk::PipelineExecutableStatisticFormatKHR::INT64 => s.value.i64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => s.value.u64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::FLOAT64 => {
+                            format!("{:.3}", s.value.f64)
+                        }
+                        _ => "?".into(),
+                    }
+                };
+                out.push(PipelineStat {
+                    executable: text(&e.name),
+                    name: text(&s.name),
+                    value,
+                });
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -151,9 +214,12 @@ impl Gpu {
                 .module(module)
                 .name(entry_name)
                 .specialization_info(&spec);
-            let info = vk::ComputePipelineCreateInfo::default()
+            let mut info = vk::ComputePipelineCreateInfo::default()
                 .stage(stage)
                 .layout(layout);
+            if s.pipeline_exec.is_some() {
+                info = info.flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);
+            }
             let result = s
                 .device
                 .create_compute_pipelines(s.pipeline_cache, &[info], None);
