@@ -64,13 +64,9 @@ impl Pipeline {
             return Ok(Vec::new());
         };
         let info = vk::PipelineInfoKHR::default().pipeline(self.pipeline);
-        let text = |chars: &[std::ffi::c_char]| {
-            let bytes: Vec<u8> = chars
-                .iter()
-                .take_while(|&&c| c != 0)
-                .map(|&c| c as u8)
-                .collect();
-            String::from_utf8_lossy(&bytes).into_owned()
+        let text = |c: Result<&std::ffi::CStr, std::ffi::FromBytesUntilNulError>| {
+            c.map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_default()
         };
         // SAFETY: the pipeline belongs to this device and was created with
         // CAPTURE_STATISTICS (the extension's loader exists only then); the outputs are sized by
@@ -101,8 +97,8 @@ impl Pipeline {
                     }
                 };
                 out.push(PipelineStat {
-                    executable: text(&e.name),
-                    name: text(&s.name),
+                    executable: text(e.name_as_c_str()),
+                    name: text(s.name_as_c_str()),
                     value,
                 });
             }
