@@ -123,6 +123,8 @@ pub struct Recorder {
     recorded: std::collections::HashMap<vk::CommandBuffer, Counters>,
     last_label: String,
     current_label: String,
+    /// Fence waits poll before they block (a GPU; see [`Recorder::wait`]).
+    spin_waits: bool,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -191,6 +193,7 @@ impl Recorder {
             recorded: std::collections::HashMap::new(),
             last_label: String::from("(none)"),
             current_label: String::new(),
+            spin_waits: gpu.info().device_type != "cpu",
         };
         if let Some((family, _)) = s.transfer {
             // SAFETY: as above.
@@ -645,7 +648,7 @@ impl Recorder {
     pub fn wait(&mut self, fence: FenceId) -> VkResult<()> {
         self.counters.fence_waits += 1;
         let f = [self.fences[fence.0]];
-        if self.gpu.info().device_type != "cpu" {
+        if self.spin_waits {
             let start = std::time::Instant::now();
             // SAFETY: the fence belongs to this device and was submitted.
             while !unsafe { self.dev().get_fence_status(f[0]) }
