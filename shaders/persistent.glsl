@@ -6,8 +6,9 @@
 //   per layer l:  A  QKV matvec, RMSNorm folded (layer 0 reads the embedding rows directly)
 //                 C  split-K attention: a subgroup per (row, KV head, split) of whole blocks of
 //                    SG positions, online softmax, partials (m, l, o) per query head. Each
-//                    subgroup applies q RMSNorm + RoPE to its query heads itself; the subgroup
-//                    whose split holds the row's position also applies them to the new k,
+//                    subgroup applies q RMSNorm + RoPE to its query heads itself and keeps them
+//                    in shared memory, where lane j reads them whole to score position j; the
+//                    subgroup whose split holds the row's position also applies them to the new k,
 //                    writes k and v into the caches and uses them from registers
 //                 M  merge of the splits, a workgroup per (row, query head), each subgroup
 //                    reading MU splits at a time
@@ -61,9 +62,9 @@
 // f32 [n, heads, hd], 14 act f32 [n, inter], 15 logits f32 [n, vocab], 16 argmax out u32
 // [2 n + 1].
 // Spec: 0 WG, 1 SG (the subgroup size), 2 QK_NORM, 3 GQ (query heads per KV head), 4..7 the KV
-// layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: the widest input row, and at least
-// NSG * hd / 4), 9 VPL (vec4s of a head per lane: ceil(hd / 4 / SG)), 10 KC (16-byte chunks of a
-// K row).
+// layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: the widest input row, at least
+// NSG * hd / 4 for the merge and NSG * GQ * (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of
+// a head per lane: ceil(hd / 4 / SG)), 10 KC (16-byte chunks of a K row).
 // Requires hidden, q_dim, intermediate and hd multiples of 8.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -99,6 +100,8 @@ const uint HR = 4;
 const uint HC = 4;
 // Splits a merge subgroup reads at a time.
 const uint MU = 4;
+// vec4s of one query head's softmax weights for a block (SG positions).
+const uint PJ4 = (SG + 3u) / 4u;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer W8Ref { uvec4 w8[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer F32Ref { vec4 v4[]; };
@@ -550,7 +553,11 @@ void phase_attention(uint l) {
                 vnew[k] = vec4(qkv[vsrc + 4 * v], qkv[vsrc + 4 * v + 1], qkv[vsrc + 4 * v + 2], qkv[vsrc + 4 * v + 3]);
             }
         }
-        vec4 qr[GQ * VPL];
+        // This subgroup's query heads go to its part of xs (every lane reads them whole when it
+        // scores its position), and the block's weights after them.
+        uint qb = gl_SubgroupID * GQ * (hd4 + PJ4);
+        uint pb = qb + GQ * hd4;
+        subgroupBarrier();
         vec4 acc[GQ * VPL];
         float m[GQ], lsum[GQ];
         [[unroll]] for (uint g = 0; g < GQ; g++) {
@@ -564,10 +571,12 @@ void phase_attention(uint l) {
             float scale = head_scale(ss);
             [[unroll]] for (uint k = 0; k < VPL; k++) {
                 uint v = lane + k * SG;
-                qr[g * VPL + k] = v < hd4 ? roped4(qraw[g * VPL + k], v, scale, qn, pos) * qscale : vec4(0.0);
+                if (v < hd4) xs[qb + g * hd4 + v] = roped4(qraw[g * VPL + k], v, scale, qn, pos) * qscale;
                 acc[g * VPL + k] = vec4(0.0);
             }
         }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
         if (mine) {
             float ss = 0.0;
             [[unroll]] for (uint k = 0; k < VPL; k++) {
@@ -597,17 +606,10 @@ void phase_attention(uint l) {
             float mine_s[GQ];
             [[unroll]] for (uint g = 0; g < GQ; g++) {
                 float d = 0.0;
-                // The query's vec4 v lives in lane v % SG (register v / SG): every lane takes
-                // the ones its chunk needs.
+                // Every lane reads the same query vec4s (a broadcast from shared memory).
                 [[unroll]] for (uint c = 0; c < KC; c++) {
-                    if (KV_F16 == 1u) {
-                        uint v = 2u * c;
-                        vec4 a = subgroupShuffle(qr[g * VPL + v / SG], v % SG);
-                        vec4 b = subgroupShuffle(qr[g * VPL + (v + 1u) / SG], (v + 1u) % SG);
-                        d += dot8(kc[c], a, b);
-                    } else {
-                        d += dot(uintBitsToFloat(kc[c]), subgroupShuffle(qr[g * VPL + c / SG], c % SG));
-                    }
+                    if (KV_F16 == 1u) d += dot8(kc[c], xs[qb + g * hd4 + 2u * c], xs[qb + g * hd4 + 2u * c + 1u]);
+                    else d += dot(uintBitsToFloat(kc[c]), xs[qb + g * hd4 + c]);
                 }
                 mine_s[g] = ok ? d : NEG_INF;
             }
@@ -615,7 +617,10 @@ void phase_attention(uint l) {
                 // The step's own position, from the k in registers.
                 [[unroll]] for (uint g = 0; g < GQ; g++) {
                     float d = 0.0;
-                    [[unroll]] for (uint k = 0; k < VPL; k++) d += dot(qr[g * VPL + k], knew[k]);
+                    [[unroll]] for (uint k = 0; k < VPL; k++) {
+                        uint v = lane + k * SG;
+                        if (v < hd4) d += dot(xs[qb + g * hd4 + v], knew[k]);
+                    }
                     d = subgroupAdd(d);
                     if (lane == pos - p0) mine_s[g] = d;
                 }
@@ -630,6 +635,12 @@ void phase_attention(uint l) {
                 m[g] = nm;
                 [[unroll]] for (uint k = 0; k < VPL; k++) acc[g * VPL + k] *= alpha;
             }
+            // The weights go to shared memory, where every lane reads them four at a time (after
+            // every lane has read the last block's).
+            subgroupBarrier();
+            [[unroll]] for (uint g = 0; g < GQ; g++) xs[pb + g * PJ4 + lane / 4u][lane % 4u] = pj[g];
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
             KvRaw vr[SG * VPL];
             [[unroll]] for (uint j = 0; j < SG; j++) {
                 uint p = p0 + j;
@@ -645,7 +656,7 @@ void phase_attention(uint l) {
                 vec4 vv[VPL];
                 [[unroll]] for (uint k = 0; k < VPL; k++) vv[k] = p == pos ? vnew[k] : kv_value(vr[j * VPL + k]);
                 [[unroll]] for (uint g = 0; g < GQ; g++) {
-                    float w = subgroupBroadcast(pj[g], j);
+                    float w = xs[pb + g * PJ4 + j / 4u][j % 4u];
                     [[unroll]] for (uint k = 0; k < VPL; k++) acc[g * VPL + k] += w * vv[k];
                 }
             }

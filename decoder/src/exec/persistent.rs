@@ -126,11 +126,14 @@ pub fn k_row_chunks(s: &Shape, elem_bytes: u32) -> u32 {
     (s.head_dim * elem_bytes / 16).max(1)
 }
 
-/// vec4s of the kernel's shared staging: the widest input row, and the merge's per-subgroup
-/// head sums.
+/// vec4s of the kernel's shared staging: the widest input row, the merge's per-subgroup head
+/// sums, and the attention's per-subgroup query heads with a block's softmax weights.
 pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
-    let nsg = (t.persistent_wg / t.subgroup.max(1)).max(1);
-    [s.hidden, s.intermediate, s.q_dim(), nsg * s.head_dim]
+    let sg = t.subgroup.max(1);
+    let nsg = (t.persistent_wg / sg).max(1);
+    let gq = (s.heads / s.kv_heads.max(1)).max(1);
+    let attention = nsg * gq * (s.head_dim + 4 * sg.div_ceil(4));
+    [s.hidden, s.intermediate, s.q_dim(), nsg * s.head_dim, attention]
         .into_iter()
         .max()
         .unwrap_or(4)
