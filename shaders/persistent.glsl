@@ -317,8 +317,8 @@ void prefetch(W8Ref w, uint row, uint rows, uint cols, uint ks, uint at) {
 }
 
 // This subgroup's part of dot(W[row], xs) over cols (a multiple of 8); every lane gets it. With
-// `pre`, the first PF loads per lane come from pf[at ..].
-float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uint at) {
+// `pre`, the first PF loads per lane are the ones in `p`.
+float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uvec4 p[PF]) {
     uint n8 = cols / 8;
     uint base = row * n8;
     uint stride = ks * SG;
@@ -326,7 +326,7 @@ float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uint at) {
     float acc = 0.0;
     if (pre) {
         [[unroll]] for (uint j = 0; j < PF; j++) {
-            if (i < n8) acc += dot8(pf[at + j], xs[2 * i], xs[2 * i + 1]);
+            if (i < n8) acc += dot8(p[j], xs[2 * i], xs[2 * i + 1]);
             i += stride;
         }
     }
@@ -344,12 +344,20 @@ float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uint at) {
     return subgroupAdd(acc);
 }
 
-// part_dot for pass j of matrix `mat` (0, or 1 for gate/up's up rows) of input row t: from the
-// prefetched loads where they hold it. (pf indices stay constant, so pf stays in registers.)
+// part_dot for pass j of matrix `mat` (0, or 1 for gate/up's up rows; a constant at every call)
+// of input row t: from the prefetched loads where they hold it. The pass's loads are selected
+// by value (pf indices stay constant, so pf stays in registers) and part_dot's code is there
+// once per call: the kernel's code is executed once per layer, and its size is time (see the
+// note on code size).
 float pass_dot(W8Ref w, uint row, uint cols, uint ks, uint t, uint j, uint mat) {
-    if (t == 0u && j == 0u) return part_dot(w, row, cols, ks, true, mat * PF);
-    if (t == 0u && j == 1u && PF_PASSES > 1u) return part_dot(w, row, cols, ks, true, (2u + mat) * PF);
-    return part_dot(w, row, cols, ks, false, 0u);
+    uvec4 p[PF];
+    [[unroll]] for (uint c = 0; c < PF; c++) {
+        p[c] = pf[mat * PF + c];
+        [[unroll]] for (uint jj = 1; jj < PF_PASSES; jj++) {
+            if (j == jj) p[c] = pf[(2u * jj + mat) * PF + c];
+        }
+    }
+    return part_dot(w, row, cols, ks, t == 0u && j < PF_PASSES, p);
 }
 
 // Prefetches the first PF_PASSES passes of matrix `mat` (rows at `offset` + the pass's row).
@@ -918,18 +926,21 @@ void main() {
         grid_arrive();
         prefetch_residual(layer_ptr(l, 4), pc.heads * pc.head_dim);
         if (!grid_wait()) return;
-        phase_residual(layer_ptr(l, 4), SRC_ATTN, pc.heads * pc.head_dim);
-        grid_arrive();
-        prefetch_gate_up(l);
-        if (!grid_wait()) return;
-        phase_gate_up(l);
-        grid_arrive();
-        prefetch_residual(layer_ptr(l, 7), pc.inter);
-        if (!grid_wait()) return;
-        phase_residual(layer_ptr(l, 7), SRC_ACT, pc.inter);
-        grid_arrive();
-        if (l + 1u < pc.layers) prefetch_qkv(l + 1u);
-        if (!grid_wait()) return;
+        // O (k = 0), then U, then D (k = 1): O and D run one copy of the residual phase's code.
+        [[dont_unroll]] for (uint k = 0u; k < 2u; k++) {
+            bool o = k == 0u;
+            phase_residual(layer_ptr(l, o ? 4u : 7u), o ? SRC_ATTN : SRC_ACT, o ? pc.heads * pc.head_dim : pc.inter);
+            grid_arrive();
+            if (o) prefetch_gate_up(l);
+            else if (l + 1u < pc.layers) prefetch_qkv(l + 1u);
+            if (!grid_wait()) return;
+            if (o) {
+                phase_gate_up(l);
+                grid_arrive();
+                prefetch_residual(layer_ptr(l, 7), pc.inter);
+                if (!grid_wait()) return;
+            }
+        }
     }
     phase_head();
     if (last_to_finish()) {
