@@ -344,6 +344,52 @@ float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uvec4 p[PF]) {
     return subgroupAdd(acc);
 }
 
+// part_dot for two rows of the same width at once (gate/up): one copy of the code, both rows'
+// loads in flight together, each row summed in the same order as part_dot.
+vec2 part_dot2(W8Ref w, uint row0, uint row1, uint cols, uint ks, bool pre, uvec4 p0[PF], uvec4 p1[PF]) {
+    uint n8 = cols / 8;
+    uint base0 = row0 * n8, base1 = row1 * n8;
+    uint stride = ks * SG;
+    uint i = gl_SubgroupInvocationID + (gl_SubgroupID % ks) * SG;
+    vec2 acc = vec2(0.0);
+    if (pre) {
+        [[unroll]] for (uint j = 0; j < PF; j++) {
+            if (i < n8) {
+                acc.x += dot8(p0[j], xs[2 * i], xs[2 * i + 1]);
+                acc.y += dot8(p1[j], xs[2 * i], xs[2 * i + 1]);
+            }
+            i += stride;
+        }
+    }
+    for (; i + 3u * stride < n8; i += 4u * stride) {
+        uvec4 a[4], b[4];
+        [[unroll]] for (uint k = 0; k < 4u; k++) {
+            a[k] = w.w8[base0 + i + k * stride];
+            b[k] = w.w8[base1 + i + k * stride];
+        }
+        [[unroll]] for (uint k = 0; k < 4u; k++) {
+            uint c = i + k * stride;
+            acc.x += dot8(a[k], xs[2 * c], xs[2 * c + 1]);
+            acc.y += dot8(b[k], xs[2 * c], xs[2 * c + 1]);
+        }
+    }
+    for (; i < n8; i += stride) {
+        acc.x += dot8(w.w8[base0 + i], xs[2 * i], xs[2 * i + 1]);
+        acc.y += dot8(w.w8[base1 + i], xs[2 * i], xs[2 * i + 1]);
+    }
+    return vec2(subgroupAdd(acc.x), subgroupAdd(acc.y));
+}
+
+// The prefetched loads of pass j of matrix `mat` (pass_dot's and gate/up's).
+void pass_pf(uint j, uint mat, out uvec4 p[PF]) {
+    [[unroll]] for (uint c = 0; c < PF; c++) {
+        p[c] = pf[mat * PF + c];
+        [[unroll]] for (uint jj = 1; jj < PF_PASSES; jj++) {
+            if (j == jj) p[c] = pf[(2u * jj + mat) * PF + c];
+        }
+    }
+}
+
 // part_dot for pass j of matrix `mat` (0, or 1 for gate/up's up rows; a constant at every call)
 // of input row t: from the prefetched loads where they hold it. The pass's loads are selected
 // by value (pf indices stay constant, so pf stays in registers) and part_dot's code is there
@@ -351,14 +397,10 @@ float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uvec4 p[PF]) {
 // note on code size).
 float pass_dot(W8Ref w, uint row, uint cols, uint ks, uint t, uint j, uint mat) {
     uvec4 p[PF];
-    [[unroll]] for (uint c = 0; c < PF; c++) {
-        p[c] = pf[mat * PF + c];
-        [[unroll]] for (uint jj = 1; jj < PF_PASSES; jj++) {
-            if (j == jj) p[c] = pf[(2u * jj + mat) * PF + c];
-        }
-    }
+    pass_pf(j, mat, p);
     return part_dot(w, row, cols, ks, t == 0u && j < PF_PASSES, p);
 }
+
 
 // Prefetches the first PF_PASSES passes of matrix `mat` (rows at `offset` + the pass's row).
 void prefetch_passes(W8Ref w, uint rows, uint offset, uint bound, uint cols, uint mat) {
@@ -786,10 +828,15 @@ void phase_gate_up(uint l) {
         float scale = stage(SRC_X, t, pc.hidden, layer_ptr(l, 5));
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
-            float g = r < rows ? pass_dot(w, r, pc.hidden, ks, t, j, 0u) : 0.0;
-            float u = r < rows ? pass_dot(w, r + pc.inter, pc.hidden, ks, t, j, 1u) : 0.0;
-            g = row_total(g, ks) * scale;
-            u = row_total(u, ks) * scale;
+            vec2 gu = vec2(0.0);
+            if (r < rows) {
+                uvec4 p0[PF], p1[PF];
+                pass_pf(j, 0u, p0);
+                pass_pf(j, 1u, p1);
+                gu = part_dot2(w, r, r + pc.inter, pc.hidden, ks, t == 0u && j < PF_PASSES, p0, p1);
+            }
+            float g = row_total(gu.x, ks) * scale;
+            float u = row_total(gu.y, ks) * scale;
             if (r < rows && writes_row(ks)) act[t * pc.inter + r] = g / (1.0 + exp(-g)) * u;
         }
         barrier();
