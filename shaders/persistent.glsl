@@ -531,23 +531,44 @@ float head_scale(float ss) {
     return inversesqrt(subgroupAdd(ss) / float(pc.head_dim) + pc.eps);
 }
 
-// Elements 4 v .. 4 v + 3 of a head after RMSNorm (scale, weights nw: Qwen3) and RoPE at `pos`
-// (element i pairs with i + hd / 2).
-vec4 roped4(HeadRaw r, uint v, float scale, uvec2 nw, uint pos) {
+// What RoPE and the norm weights give elements 4 v .. 4 v + 3 of a head at `pos` (element i pairs
+// with i + hd / 2): cos and sin, and the q and k norm weights of both elements of each pair.
+// Loaded when a unit starts, with the head's own loads, since none depends on the step.
+struct RopeW {
+    vec4 co, si, qa, qb, ka, kb;
+};
+
+RopeW rope_w(uint v, uint pos, uvec2 qn, uvec2 kn) {
+    uint half_dim = pc.head_dim / 2;
+    RopeW r;
+    [[unroll]] for (uint c = 0; c < 4u; c++) {
+        uint e = 4u * v + c;
+        uint i = e < half_dim ? e : e - half_dim;
+        uint ti = (pos * half_dim + i) * 2;
+        r.co[c] = rope[ti];
+        r.si[c] = rope[ti + 1];
+        r.qa[c] = 1.0;
+        r.qb[c] = 1.0;
+        r.ka[c] = 1.0;
+        r.kb[c] = 1.0;
+        if (QK_NORM == 1u) {
+            r.qa[c] = F32Ref(qn).v4[i / 4][i % 4];
+            r.qb[c] = F32Ref(qn).v4[(i + half_dim) / 4][(i + half_dim) % 4];
+            r.ka[c] = F32Ref(kn).v4[i / 4][i % 4];
+            r.kb[c] = F32Ref(kn).v4[(i + half_dim) / 4][(i + half_dim) % 4];
+        }
+    }
+    return r;
+}
+
+// Elements 4 v .. 4 v + 3 of a head after RMSNorm (scale, weights na / nb: Qwen3) and RoPE.
+vec4 roped4(HeadRaw r, uint v, float scale, vec4 na, vec4 nb, RopeW w) {
     uint half_dim = pc.head_dim / 2;
     vec4 o;
     [[unroll]] for (uint c = 0; c < 4u; c++) {
-        uint e = 4u * v + c;
-        bool low = e < half_dim;
-        uint i = low ? e : e - half_dim;
-        float a = r.a[c] * scale, b = r.b[c] * scale;
-        if (QK_NORM == 1u) {
-            a *= F32Ref(nw).v4[i / 4][i % 4];
-            b *= F32Ref(nw).v4[(i + half_dim) / 4][(i + half_dim) % 4];
-        }
-        uint ti = (pos * half_dim + i) * 2;
-        float co = rope[ti], si = rope[ti + 1];
-        o[c] = low ? a * co - b * si : b * co + a * si;
+        bool low = 4u * v + c < half_dim;
+        float a = r.a[c] * scale * na[c], b = r.b[c] * scale * nb[c];
+        o[c] = low ? a * w.co[c] - b * w.si[c] : b * w.co[c] + a * w.si[c];
     }
     return o;
 }
@@ -589,8 +610,10 @@ void phase_attention(uint l) {
         uint vsrc = t * qkv_n + (pc.heads + pc.kv_heads + kvh) * hd;
         HeadRaw qraw[GQ * VPL], kraw[VPL];
         vec4 knew[VPL], vnew[VPL];
+        RopeW rw[VPL];
         [[unroll]] for (uint k = 0; k < VPL; k++) {
             uint v = lane + k * SG;
+            rw[k] = rope_w(v < hd4 ? v : 0u, pos, qn, kn);
             [[unroll]] for (uint g = 0; g < GQ; g++) {
                 qraw[g * VPL + k] = HeadRaw(vec4(0.0), vec4(0.0));
                 if (v < hd4) qraw[g * VPL + k] = head_raw(t * qkv_n + (kvh * GQ + g) * hd, v);
@@ -621,7 +644,7 @@ void phase_attention(uint l) {
             float scale = head_scale(ss);
             [[unroll]] for (uint k = 0; k < VPL; k++) {
                 uint v = lane + k * SG;
-                if (v < hd4) xs[qb + g * hd4 + v] = roped4(qraw[g * VPL + k], v, scale, qn, pos) * qscale;
+                if (v < hd4) xs[qb + g * hd4 + v] = roped4(qraw[g * VPL + k], v, scale, rw[k].qa, rw[k].qb, rw[k]) * qscale;
                 acc[g * VPL + k] = vec4(0.0);
             }
         }
@@ -638,7 +661,7 @@ void phase_attention(uint l) {
             [[unroll]] for (uint k = 0; k < VPL; k++) {
                 uint v = lane + k * SG;
                 if (v < hd4) {
-                    knew[k] = roped4(kraw[k], v, scale, kn, pos);
+                    knew[k] = roped4(kraw[k], v, scale, rw[k].ka, rw[k].kb, rw[k]);
                     kv_store(kp, base4 + v, knew[k]);
                     kv_store(vp, base4 + v, vnew[k]);
                     // Attention reads what the cache holds.
