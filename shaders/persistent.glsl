@@ -765,14 +765,13 @@ void phase_merge() {
     split_plan(per, splits);
     for (uint u = gl_WorkGroupID.x; u < n * pc.heads; u += gl_NumWorkGroups.x) {
         uint base = u * pc.max_splits * (hd + 2u);
+        // Online: each subgroup keeps its splits' running max and rescales its sums when it
+        // grows, so no pass over the maxima comes first.
         float mx = NEG_INF;
-        for (uint s = lane; s < splits; s += SG) mx = max(mx, partial[base + s * (hd + 2u)]);
-        mx = subgroupMax(mx);
         float lsum = 0.0;
         vec4 acc[VPL];
         [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] = vec4(0.0);
-        // MU splits (s, s + NSG, ...) at a time: their loads are issued together, then summed in
-        // the same order as one at a time.
+        // MU splits (s, s + NSG, ...) at a time: their loads are issued together.
         for (uint s0 = sg; s0 < splits; s0 += MU * NSG) {
             float ms[MU], ls[MU];
             vec4 o[MU * VPL];
@@ -789,26 +788,42 @@ void phase_merge() {
                                                      : vec4(0.0);
                 }
             }
+            float nm = mx;
+            [[unroll]] for (uint i = 0; i < MU; i++) nm = max(nm, ms[i]);
+            float sc = (mx == NEG_INF) ? 0.0 : exp(mx - nm);
+            lsum *= sc;
+            [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] *= sc;
             [[unroll]] for (uint i = 0; i < MU; i++) {
-                if (s0 + i * NSG < splits) {
-                    float w = (ms[i] == NEG_INF) ? 0.0 : exp(ms[i] - mx);
-                    lsum += w * ls[i];
-                    [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] += w * o[i * VPL + k];
-                }
+                float w = (ms[i] == NEG_INF) ? 0.0 : exp(ms[i] - nm);
+                lsum += w * ls[i];
+                [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] += w * o[i * VPL + k];
             }
+            mx = nm;
         }
         [[unroll]] for (uint k = 0; k < VPL; k++) {
             uint v = lane + k * SG;
             if (v < hd4) xs[sg * hd4 + v] = acc[k];
         }
-        if (subgroupElect()) red_f[sg] = lsum;
+        if (subgroupElect()) {
+            red_f[sg] = lsum;
+            red_u[sg] = floatBitsToUint(mx);
+        }
         barrier();
+        // The subgroups' sums meet at the largest of their maxima.
+        float top = NEG_INF;
+        for (uint i = 0; i < NSG; i++) top = max(top, uintBitsToFloat(red_u[i]));
         float total = 0.0;
-        for (uint i = 0; i < NSG; i++) total += red_f[i];
+        for (uint i = 0; i < NSG; i++) {
+            float mi = uintBitsToFloat(red_u[i]);
+            total += (mi == NEG_INF) ? 0.0 : exp(mi - top) * red_f[i];
+        }
         float inv = total > 0.0 ? 1.0 / total : 0.0;
         for (uint v = gl_LocalInvocationIndex; v < hd4; v += WG) {
             vec4 a = vec4(0.0);
-            for (uint i = 0; i < NSG; i++) a += xs[i * hd4 + v];
+            for (uint i = 0; i < NSG; i++) {
+                float mi = uintBitsToFloat(red_u[i]);
+                if (mi != NEG_INF) a += exp(mi - top) * xs[i * hd4 + v];
+            }
             attn4[u * hd4 + v] = a * inv;
         }
         barrier();
