@@ -145,6 +145,18 @@ pub fn shared_bytes(s: &Shape, t: &Tuning) -> u64 {
     staging_vec4s(s, t) as u64 * 16 + t.persistent_wg as u64 * 8 + 16
 }
 
+/// The workgroup size the kernel runs at: `t.persistent_wg`, halved (not below one subgroup)
+/// while its shared memory is more than `shared_limit` bytes. The attention keeps each
+/// subgroup's query heads there, so models with many query heads per KV head need fewer
+/// subgroups per workgroup on devices with little shared memory (lavapipe: 32 KiB).
+pub fn fit_workgroup(s: &Shape, t: &Tuning, shared_limit: u32) -> u32 {
+    let mut t = *t;
+    while shared_bytes(s, &t) > shared_limit as u64 && t.persistent_wg / 2 >= t.subgroup.max(1) {
+        t.persistent_wg /= 2;
+    }
+    t.persistent_wg
+}
+
 /// Bytes of the grid-sync buffer for up to `groups` workgroups and `rows` rows: four words, then
 /// a (value, index) pair per workgroup and row.
 pub fn sync_bytes(groups: u32, rows: u32) -> u64 {
@@ -342,4 +354,40 @@ impl Lower<'_> {
 /// the limit is far higher.
 pub fn spin_limit(subgroup: u32) -> u32 {
     if subgroup >= 32 { 1 << 24 } else { 1 << 30 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(heads: u32, kv_heads: u32, head_dim: u32) -> Shape {
+        Shape {
+            layers: 2,
+            hidden: 256,
+            heads,
+            kv_heads,
+            head_dim,
+            intermediate: 768,
+            vocab: 1000,
+            eps: 1e-6,
+            qk_norm: true,
+            max_seq: 4096,
+        }
+    }
+
+    #[test]
+    fn the_workgroup_shrinks_until_its_shared_memory_fits() {
+        // lavapipe's tuning: 8 lanes, workgroups of 64.
+        let t = Tuning::for_device(1, 8, 4096, 2);
+        assert_eq!((t.subgroup, t.persistent_wg), (8, 64));
+        // GQA 8 at head_dim 128: 8 subgroups x 8 query heads x (128 + 8) floats is 34 KiB.
+        let s = shape(16, 2, 128);
+        assert!(shared_bytes(&s, &t) > 32768);
+        let wg = fit_workgroup(&s, &t, 32768);
+        assert!(wg < 64 && wg >= t.subgroup);
+        assert!(shared_bytes(&s, &Tuning { persistent_wg: wg, ..t }) <= 32768);
+        // A shape that fits keeps the workgroup; one that never fits stops at one subgroup.
+        assert_eq!(fit_workgroup(&shape(8, 2, 64), &t, 32768), 64);
+        assert_eq!(fit_workgroup(&s, &t, 1024), t.subgroup);
+    }
 }

@@ -18,7 +18,7 @@ use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    PTRS_PER_LAYER, clocks, layer_ptr_bufs, max_splits, phase_facts, push, sync_bytes, unsupported,
+    PTRS_PER_LAYER, clocks, fit_workgroup, layer_ptr_bufs, max_splits, phase_facts, push, sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -34,11 +34,14 @@ impl Engine {
         self.opts.knobs.kernels == Kernels::Persistent
     }
 
-    /// Refuses the persistent kernel where it cannot run, with one sentence.
-    pub(super) fn check_persistent(&self) -> anyhow::Result<()> {
+    /// Sizes the persistent kernel's workgroup to the device's shared memory, and refuses the
+    /// kernel where it cannot run, with one sentence.
+    pub(super) fn check_persistent(&mut self) -> anyhow::Result<()> {
         if !self.persistent() {
             return Ok(());
         }
+        let limit = self.gpu().info().max_compute_shared_memory;
+        self.tuning.persistent_wg = fit_workgroup(&self.shape, &self.tuning, limit);
         let info = self.gpu().info();
         if let Some(why) = unsupported(
             &self.shape,
