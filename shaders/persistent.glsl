@@ -26,6 +26,13 @@
 // its first two passes over the grid) are issued between the barrier's arrival and its wait, so
 // they travel while the grid meets.
 //
+// Code size: every workgroup runs every phase's code once per layer, and on an H100 the size of
+// the code shows in every phase's time: one copy of part_dot per call instead of three (212 ->
+// 165 KB) took a token from 1.55 to 1.25 ms, the untouched attention included, and a
+// double-buffered lm_head (+30 KB, outside the layer loop) slowed the layers. So each phase's
+// code is there once per call, and unrolling is kept to the loads it puts in flight
+// (traces/bench/h100/persistent-code-size/NOTES.md).
+//
 // Forward progress: a barrier waits for every workgroup of the grid, so all G must be resident
 // at once. Vulkan does not promise that; the host establishes it with a probe (this kernel with
 // `probe = 1`, a few barriers and nothing else) at the grid size it will use, and every wait is
@@ -393,8 +400,7 @@ void pass_pf(uint j, uint mat, out uvec4 p[PF]) {
 // part_dot for pass j of matrix `mat` (0, or 1 for gate/up's up rows; a constant at every call)
 // of input row t: from the prefetched loads where they hold it. The pass's loads are selected
 // by value (pf indices stay constant, so pf stays in registers) and part_dot's code is there
-// once per call: the kernel's code is executed once per layer, and its size is time (see the
-// note on code size).
+// once per call (see the note on code size at the top).
 float pass_dot(W8Ref w, uint row, uint cols, uint ks, uint t, uint j, uint mat) {
     uvec4 p[PF];
     pass_pf(j, mat, p);
