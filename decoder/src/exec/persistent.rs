@@ -133,11 +133,17 @@ pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
     let nsg = (t.persistent_wg / sg).max(1);
     let gq = (s.heads / s.kv_heads.max(1)).max(1);
     let attention = nsg * gq * (s.head_dim + 4 * sg.div_ceil(4));
-    [s.hidden, s.intermediate, s.q_dim(), nsg * s.head_dim, attention]
-        .into_iter()
-        .max()
-        .unwrap_or(4)
-        .div_ceil(4)
+    [
+        s.hidden,
+        s.intermediate,
+        s.q_dim(),
+        nsg * s.head_dim,
+        attention,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(4)
+    .div_ceil(4)
 }
 
 /// Bytes of shared memory the kernel declares (staging, two reduction arrays, a flag).
@@ -385,7 +391,11 @@ mod tests {
         assert!(shared_bytes(&s, &t) > 32768);
         let wg = fit_workgroup(&s, &t, 32768);
         assert!(wg < 64 && wg >= t.subgroup);
-        assert!(shared_bytes(&s, &Tuning { persistent_wg: wg, ..t }) <= 32768);
+        let fitted = Tuning {
+            persistent_wg: wg,
+            ..t
+        };
+        assert!(shared_bytes(&s, &fitted) <= 32768);
         // A shape that fits keeps the workgroup; one that never fits stops at one subgroup.
         assert_eq!(fit_workgroup(&shape(8, 2, 64), &t, 32768), 64);
         assert_eq!(fit_workgroup(&s, &t, 1024), t.subgroup);

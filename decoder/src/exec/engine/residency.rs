@@ -18,7 +18,8 @@ use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    PTRS_PER_LAYER, clocks, fit_workgroup, layer_ptr_bufs, max_splits, phase_facts, push, sync_bytes, unsupported,
+    PTRS_PER_LAYER, clocks, fit_workgroup, layer_ptr_bufs, max_splits, phase_facts, push,
+    sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
