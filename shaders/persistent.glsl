@@ -11,7 +11,7 @@
 //                    subgroup whose split holds the row's position also applies them to the new k,
 //                    writes k and v into the caches and uses them from registers
 //                 M  merge of the splits, a workgroup per (row, query head), each subgroup
-//                    reading MU splits at a time
+//                    reading MU splits at a time and keeping a running max
 //                 O  o-projection, residual add as its epilogue
 //                 U  gate/up matvec with RMSNorm folded, SwiGLU epilogue
 //                 D  down-projection, residual add
