@@ -150,7 +150,7 @@ layout(push_constant) uniform Push {
     uint max_splits;  // splits per (row, head) the partial buffer holds
     uint spin_limit;  // spins before a barrier wait is declared lost
     uint probe;       // 1: only the residency probe's barriers
-    uint pad0;
+    uint split_want;  // splits per (row, KV head) to aim for; 0: nsub() over the units
 } pc;
 
 shared vec4 xs[XS];
@@ -495,7 +495,7 @@ void kv_store(uvec2 p, uint i4, vec4 v) {
 void split_plan(out uint per, out uint splits) {
     uint blocks = (params.kv_len + SG - 1u) / SG;
     uint units = params.n_tokens * pc.kv_heads;
-    uint want = max(1u, nsub() / max(1u, units));
+    uint want = pc.split_want > 0u ? pc.split_want : max(1u, nsub() / max(1u, units));
     per = max(1u, (blocks + want - 1u) / want);
     splits = (blocks + per - 1u) / per;
 }

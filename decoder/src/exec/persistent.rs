@@ -240,7 +240,7 @@ pub fn push(s: &Shape, t: &Tuning, spin_limit: u32, probe: bool) -> PersistentPu
         max_splits: max_splits(s, t.subgroup),
         spin_limit,
         probe: probe as u32,
-        pad0: 0,
+        split_want: t.persistent_splits,
     }
 }
 

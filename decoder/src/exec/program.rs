@@ -123,6 +123,10 @@ pub struct Tuning {
     /// Workgroups of the persistent token kernel: 0 until the engine's residency probe sets it,
     /// or the `persistent_groups` override (then probed at exactly that size).
     pub persistent_groups: u32,
+    /// Splits per (row, KV head) the persistent kernel's attention aims for: 0 (the default)
+    /// for the grid's subgroups over the units, or the `persistent_splits` override (tests use it
+    /// to reach the merge's several rounds on a one-workgroup CPU grid).
+    pub persistent_splits: u32,
     /// The persistent kernel writes a device clock per phase (`--timestamps dispatch` on a
     /// device with shaderDeviceClock): set by the engine, not a tuning key.
     pub phase_clocks: bool,
@@ -164,20 +168,21 @@ impl Tuning {
                     self.persistent_wg = v
                 }
                 "persistent_groups" if (1..=4096).contains(&v) => self.persistent_groups = v,
+                "persistent_splits" if (1..=4096).contains(&v) => self.persistent_splits = v,
                 "attn_wg" | "n_splits" | "attn_tile" | "attn_prefetch" | "attn_sg"
                 | "prefill_max_r" | "attn_unroll" | "attn_kcoop" | "persistent_wg"
-                | "persistent_groups" => {
+                | "persistent_groups" | "persistent_splits" => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: {key}={v} is out of range (attn_wg: a power of two \
                          from 32 to 1024, n_splits: 1 to 1024, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
                          the device's subgroup size, prefill_max_r: 16 or 32, attn_unroll: 8, 16 or 32, attn_kcoop: 0, 1 or 2, \
-                         persistent_wg: a power of two from 32 to 1024, persistent_groups: 1 to 4096)"
+                         persistent_wg: a power of two from 32 to 1024, persistent_groups and persistent_splits: 1 to 4096)"
                     ));
                 }
                 _ => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch, attn_sg, \
-                         prefill_max_r, attn_unroll, attn_kcoop, persistent_wg or persistent_groups)"
+                         prefill_max_r, attn_unroll, attn_kcoop, persistent_wg, persistent_groups or persistent_splits)"
                     ));
                 }
             }
@@ -239,6 +244,7 @@ impl Tuning {
                 // either way), not yet benched: `DECODESCOPE_TUNING=persistent_wg=512`.
                 persistent_wg: 256,
                 persistent_groups: 0,
+                persistent_splits: 0,
                 phase_clocks: false,
             }
         } else {
@@ -262,6 +268,7 @@ impl Tuning {
                 subgroup,
                 persistent_wg: 64,
                 persistent_groups: 0,
+                persistent_splits: 0,
                 phase_clocks: false,
             }
         }
