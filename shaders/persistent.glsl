@@ -77,8 +77,6 @@
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#extension GL_KHR_shader_subgroup_ballot : require
-#extension GL_KHR_shader_subgroup_shuffle : require
 #ifdef PHASE_CLOCKS
 #extension GL_EXT_shader_realtime_clock : require
 #endif
@@ -406,7 +404,6 @@ float pass_dot(W8Ref w, uint row, uint cols, uint ks, uint t, uint j, uint mat) 
     pass_pf(j, mat, p);
     return part_dot(w, row, cols, ks, t == 0u && j < PF_PASSES, p);
 }
-
 
 // Prefetches the first PF_PASSES passes of matrix `mat` (rows at `offset` + the pass's row).
 void prefetch_passes(W8Ref w, uint rows, uint offset, uint bound, uint cols, uint mat) {

@@ -174,7 +174,7 @@ pub fn unsupported(
     s: &Shape,
     t: &Tuning,
     grid_sync: bool,
-    subgroup_ops: bool,
+    subgroup_arithmetic: bool,
     shared_limit: u32,
 ) -> Option<String> {
     if !grid_sync {
@@ -184,10 +184,10 @@ pub fn unsupported(
                 .into(),
         );
     }
-    if !subgroup_ops {
+    if !subgroup_arithmetic {
         return Some(
-            "--kernels persistent needs subgroup arithmetic and shuffles in compute shaders, which this device \
-             lacks; use --kernels fused"
+            "--kernels persistent needs subgroup arithmetic in compute shaders, which this device lacks; use \
+             --kernels fused"
                 .into(),
         );
     }

@@ -46,8 +46,6 @@ impl std::fmt::Debug for Pipeline {
 /// named as the driver names it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PipelineStat {
-    /// The executable (a compute pipeline has one, but a driver may report several stages).
-    pub executable: String,
     pub name: String,
     pub value: String,
 }
@@ -74,7 +72,7 @@ impl Pipeline {
         let execs = unsafe { ext.get_pipeline_executable_properties(&info) }
             .map_err(call("vkGetPipelineExecutablePropertiesKHR"))?;
         let mut out = Vec::new();
-        for (i, e) in execs.iter().enumerate() {
+        for i in 0..execs.len() {
             let exec = vk::PipelineExecutableInfoKHR::default()
                 .pipeline(self.pipeline)
                 .executable_index(i as u32);
@@ -97,7 +95,6 @@ impl Pipeline {
                     }
                 };
                 out.push(PipelineStat {
-                    executable: text(e.name_as_c_str()),
                     name: text(s.name_as_c_str()),
                     value,
                 });

@@ -48,7 +48,7 @@ impl Engine {
             &self.shape,
             &self.tuning,
             info.grid_sync,
-            info.subgroup_arithmetic && info.subgroup_shuffle,
+            info.subgroup_arithmetic,
             info.max_compute_shared_memory,
         ) {
             bail!(why);
