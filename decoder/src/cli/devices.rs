@@ -134,6 +134,7 @@ pub fn table(devices: &[DeviceInfo], probes: &[Option<Bandwidth>]) -> String {
         ("host query reset", |d| yes(d.host_query_reset)),
         ("shader device clock", |d| yes(d.shader_device_clock)),
         ("pipeline statistics", |d| yes(d.pipeline_statistics)),
+        ("float atomic add", |d| yes(d.float_atomic_add)),
         (
             "separate transfer queue",
             |d| yes(d.separate_transfer_queue),

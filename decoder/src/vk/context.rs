@@ -369,6 +369,9 @@ impl Gpu {
         if info.pipeline_statistics {
             ext_ptrs.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
         }
+        if info.float_atomic_add {
+            ext_ptrs.push(ash::ext::shader_atomic_float::NAME.as_ptr());
+        }
         let prio = [1.0f32];
         let mut queue_infos = vec![
             vk::DeviceQueueCreateInfo::default()
@@ -402,6 +405,11 @@ impl Gpu {
             .pipeline_executable_info(true);
         if info.pipeline_statistics {
             create = create.push_next(&mut exec);
+        }
+        let mut atomic_float = vk::PhysicalDeviceShaderAtomicFloatFeaturesEXT::default()
+            .shader_buffer_float32_atomic_add(true);
+        if info.float_atomic_add {
+            create = create.push_next(&mut atomic_float);
         }
         // SAFETY: `pd` belongs to the live instance; the create-info and its chain are locals.
         let device = unsafe { bundle.instance.create_device(*pd, &create, None) }

@@ -41,6 +41,9 @@ pub struct DeviceInfo {
     /// Buffer device addresses: what the persistent token kernel (`--kernels persistent`) needs
     /// to reach every layer's buffers from one dispatch.
     pub grid_sync: bool,
+    /// Float atomic adds on storage buffers (VK_EXT_shader_atomic_float's
+    /// shaderBufferFloat32AtomicAdd): the persistent kernel's residual sums.
+    pub float_atomic_add: bool,
     /// The device clock in shaders (VK_KHR_shader_clock's shaderDeviceClock): the persistent
     /// kernel's phase clocks at `--timestamps dispatch`.
     pub shader_device_clock: bool,
@@ -128,6 +131,7 @@ pub(crate) fn probe(
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut clock = vk::PhysicalDeviceShaderClockFeaturesKHR::default();
         let mut exec = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
+        let mut atomic_float = vk::PhysicalDeviceShaderAtomicFloatFeaturesEXT::default();
         let mut feats2 = vk::PhysicalDeviceFeatures2::default()
             .push_next(&mut f11)
             .push_next(&mut f12);
@@ -136,6 +140,9 @@ pub(crate) fn probe(
         }
         if has("VK_KHR_pipeline_executable_properties") {
             feats2 = feats2.push_next(&mut exec);
+        }
+        if has("VK_EXT_shader_atomic_float") {
+            feats2 = feats2.push_next(&mut atomic_float);
         }
         instance.get_physical_device_features2(pd, &mut feats2);
 
@@ -236,6 +243,7 @@ pub(crate) fn probe(
             shader_float16: f12.shader_float16 == vk::TRUE,
             host_query_reset: f12.host_query_reset == vk::TRUE,
             grid_sync: f12.buffer_device_address == vk::TRUE,
+            float_atomic_add: atomic_float.shader_buffer_float32_atomic_add == vk::TRUE,
             shader_device_clock: clock.shader_device_clock == vk::TRUE,
             pipeline_statistics: exec.pipeline_executable_info == vk::TRUE,
             max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,
