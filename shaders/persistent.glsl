@@ -3,26 +3,38 @@
 // token per sequence, `params.n_tokens` rows) through every layer. Its G workgroups (the grid,
 // sized by the host's residency probe) meet at device-scope barriers between phases:
 //
-//   per layer l:  A  QKV matvec, RMSNorm folded (layer 0 reads the embedding rows directly)
+//   per layer l:  A  QKV matvec, RMSNorm folded (layer 0 reads the embedding rows directly);
+//                    the layer's residual rows are set up (below)
 //                 C  split-K attention: a subgroup per (row, KV head, split) of whole blocks of
 //                    SG positions, online softmax, partials (m, l, o) per query head. Each
 //                    subgroup applies q RMSNorm + RoPE to its query heads itself and keeps them
 //                    in shared memory, where lane j reads them whole to score position j; the
 //                    subgroup whose split holds the row's position also applies them to the new k,
 //                    writes k and v into the caches and uses them from registers
-//                 M  merge of the splits, a workgroup per (row, query head), each subgroup
-//                    reading MU splits at a time and keeping a running max
-//                 O  o-projection, residual add as its epilogue
-//                 U  gate/up matvec with RMSNorm folded, SwiGLU epilogue
-//                 D  down-projection, residual add
+//                 MO merge of the splits and the o-projection: a workgroup per (row, query head,
+//                    OC of the head's dims) merges those dims (lanes keep a running max) and adds
+//                    their columns of W_o times them to the row's o-projection sum D
+//                 UD gate/up matvec with RMSNorm folded (its input R + D) and the SwiGLU, each
+//                    workgroup keeping its channels' activations in shared memory; then their
+//                    rows of W_down^T (a transposed copy: a contiguous row per channel) times
+//                    them, added to the next residual row
 //   head:         H  lm_head with the final norm folded, HR rows per subgroup in flight at a
 //                    time; each workgroup keeps the argmax of its rows; the last workgroup to
 //                    finish (an atomic count) reduces them.
 //
-// That is 6 barriers per layer. Matvec phases give each row to KS subgroups of one workgroup
-// (KS > 1 when the grid has more subgroups than twice the rows; their sums meet in shared
-// memory) after the workgroup has staged the step's input row, normalized, in shared memory;
-// lanes stride the columns in 16-byte loads of 8 halves. A matvec phase's first weight loads (of
+// That is 4 barriers per layer. The o- and down-projections are split over the grid by their
+// input (a head's dims, a workgroup's channels), not by their output rows, so neither needs a
+// barrier of its own: each workgroup adds its part of every output with float atomics. The
+// residual stream lives in x as rows R0, R1 and D: layer l reads R[l % 2] and builds R[(l + 1)
+// % 2]. Phase A copies R[l % 2] into R[(l + 1) % 2] and clears D (an element per invocation);
+// MO adds the o-projection into D; UD reads R[l % 2] + D, adds D and the down-projection into
+// R[(l + 1) % 2], which nothing reads in that phase. Atomics sum in no fixed order, so the last
+// bits of the residual (and of the logits) can differ between runs.
+//
+// The matvec phases A and UD give each row to KS subgroups of one workgroup (KS > 1 when the
+// grid has more subgroups than twice the rows; their sums meet in shared memory) after the
+// workgroup has staged the step's input row, normalized, in shared memory; lanes stride the
+// columns in 16-byte loads of 8 halves. A matvec phase's first weight loads (of
 // its first two passes over the grid) are issued between the barrier's arrival and its wait, so
 // they travel while the grid meets.
 //
@@ -57,26 +69,29 @@
 //
 // Phase clocks (PHASE_CLOCKS): workgroup 0's first invocation writes the device clock when the
 // step starts and as it leaves each barrier (clk[k] after barrier k); the workgroup that reduces
-// the argmax writes it at the end (clk[6 layers + 1]). The host maps them onto the dispatch's
+// the argmax writes it at the end (clk[4 layers + 1]). The host maps them onto the dispatch's
 // timestamps as one GPU span per phase.
 //
-// Per-layer weights and caches are reached through buffer device addresses (`ptrs`, 10 per
-// layer: attn_norm, wqkv, q_norm, k_norm, wo, mlp_norm, wgate_up, wdown, k_cache, v_cache).
+// Per-layer weights and caches are reached through buffer device addresses (`ptrs`, 11 per
+// layer: attn_norm, wqkv, q_norm, k_norm, wo, mlp_norm, wgate_up, wdown, k_cache, v_cache,
+// wdown^T).
 // Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
 // u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
-// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [n, hidden], 10 qkv f32 [n, qkv_rows],
-// 11 phase clocks uvec2 [6 layers + 2], 12 partial f32 [n, heads, max_splits, hd + 2], 13 attn
-// f32 [n, heads, hd], 14 act f32 [n, inter], 15 logits f32 [n, vocab], 16 argmax out u32
-// [2 n + 1].
+// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [3, n, hidden] (R0, R1, D), 10 qkv f32
+// [n, qkv_rows], 11 phase clocks uvec2 [4 layers + 2], 12 partial f32 [n, heads, max_splits,
+// hd + 2], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n + 1].
 // Spec: 0 WG, 1 SG (the subgroup size), 2 QK_NORM, 3 GQ (query heads per KV head), 4..7 the KV
-// layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: the widest input row, at least
-// NSG * hd / 4 for the merge and NSG * GQ * (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of
-// a head per lane: ceil(hd / 4 / SG)), 10 KC (16-byte chunks of a K row).
-// Requires hidden, q_dim, intermediate and hd multiples of 8.
+// layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: at least (hidden + intermediate +
+// NSG) / 4 for a staged row and the MLP's activations, NSG * OC / 4 for the merge and NSG * GQ *
+// (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of a head per lane: ceil(hd / 4 / SG)), 10 KC
+// (16-byte chunks of a K row).
+// Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), and float
+// atomic adds on buffers (VK_EXT_shader_atomic_float).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_shader_atomic_float : require
 #ifdef PHASE_CLOCKS
 #extension GL_EXT_shader_realtime_clock : require
 #endif
@@ -95,16 +110,14 @@ layout(constant_id = 10) const uint KC = 16;
 
 const uint NSG = WG / SG;
 #define NEG_INF uintBitsToFloat(0xff800000u)
-// Barriers per layer (A, C, M, O, U, D).
-const uint BARRIERS_PER_LAYER = 6;
+// Barriers per layer (A, C, MO, UD).
+const uint BARRIERS_PER_LAYER = 4;
 // uvec4s per lane of a matvec row loaded while the grid meets, for the first PF_PASSES passes.
 const uint PF = 4;
 const uint PF_PASSES = 2;
 // lm_head rows a subgroup reads at a time, and the chunks per lane of each read at once.
 const uint HR = 4;
 const uint HC = 4;
-// Splits a merge subgroup reads at a time.
-const uint MU = 4;
 // vec4s of one query head's softmax weights for a block (SG positions).
 const uint PJ4 = (SG + 3u) / 4u;
 
@@ -127,14 +140,14 @@ layout(set = 0, binding = 5) readonly buffer Embed { uvec4 embed8[]; };
 layout(set = 0, binding = 6) readonly buffer Head { uvec4 head8[]; };
 layout(set = 0, binding = 7) readonly buffer FinalNorm { vec4 final_norm4[]; };
 layout(set = 0, binding = 8) readonly buffer Rope { float rope[]; };
+// The residual stream: two rows R0, R1 (layer l reads R[l % 2] and builds R[(l + 1) % 2]) and the
+// o-projection's sum D, each [n, hidden].
 layout(set = 0, binding = 9) coherent buffer X { float x[]; };
 layout(set = 0, binding = 10) coherent buffer Qkv { float qkv[]; };
 layout(set = 0, binding = 11) writeonly buffer Clocks { uvec2 clk[]; };
 layout(set = 0, binding = 12) coherent buffer Partial { float partial[]; };
-layout(set = 0, binding = 13) coherent buffer Attn { vec4 attn4[]; };
-layout(set = 0, binding = 14) coherent buffer Act { float act[]; };
-layout(set = 0, binding = 15) writeonly buffer Logits { float logits[]; };
-layout(set = 0, binding = 16) writeonly buffer Out { uint result[]; };
+layout(set = 0, binding = 13) writeonly buffer Logits { float logits[]; };
+layout(set = 0, binding = 14) writeonly buffer Out { uint result[]; };
 
 layout(push_constant) uniform Push {
     uint layers;
@@ -238,7 +251,7 @@ bool last_to_finish() {
 
 // ---- helpers ----
 
-uvec2 layer_ptr(uint l, uint k) { return ptrs[l * 10u + k]; }
+uvec2 layer_ptr(uint l, uint k) { return ptrs[l * 11u + k]; }
 
 float dot8(uvec4 w, vec4 a, vec4 b) {
     return dot(unpackHalf2x16(w.x), a.xy) + dot(unpackHalf2x16(w.y), a.zw)
@@ -258,30 +271,34 @@ float wg_sum(float v) {
     return total;
 }
 
-// Input sources of a matvec phase.
-const uint SRC_X = 0, SRC_EMBED = 1, SRC_ATTN = 2, SRC_ACT = 3;
+// The residual stream's rows in x: R0, R1, then D (see binding 9).
+uint res_at(uint k) { return k * params.n_tokens * pc.hidden; }
 
-// Stages input row t (cols values) of `src` into xs, multiplied by the norm weights when
-// `norm` != 0 (the RMS scale is returned, 1 otherwise). Ends with a barrier.
-float stage(uint src, uint t, uint cols, uvec2 norm) {
+vec4 x4(uint o) { return vec4(x[o], x[o + 1], x[o + 2], x[o + 3]); }
+
+// Input sources of a matvec phase: R[k] (k from the caller), the embedding row, R[k] + D.
+const uint SRC_X = 0, SRC_EMBED = 1, SRC_XD = 2;
+
+// Stages input row t (hidden values) of `src` into xs, multiplied by the norm weights `norm`
+// (the RMS scale is returned). `k` picks the residual row R[k]. Ends with a barrier.
+float stage(uint src, uint t, uint k, uvec2 norm) {
     uint tid = gl_LocalInvocationIndex;
-    uint n4 = cols / 4;
-    bool has_norm = any(notEqual(norm, uvec2(0u)));
+    uint cols = pc.hidden, n4 = cols / 4;
     float ss = 0.0;
     for (uint i = tid; i < n4; i += WG) {
         vec4 v;
-        if (src == SRC_X) v = vec4(x[t * cols + 4 * i], x[t * cols + 4 * i + 1], x[t * cols + 4 * i + 2], x[t * cols + 4 * i + 3]);
-        else if (src == SRC_EMBED) {
+        uint o = t * cols + 4 * i;
+        if (src == SRC_EMBED) {
             uvec4 e = embed8[(ids[t] * cols) / 8 + i / 2];
             v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
-        } else if (src == SRC_ATTN) v = attn4[t * n4 + i];
-        else v = vec4(act[t * cols + 4 * i], act[t * cols + 4 * i + 1], act[t * cols + 4 * i + 2], act[t * cols + 4 * i + 3]);
+        } else {
+            v = x4(res_at(k) + o);
+            if (src == SRC_XD) v += x4(res_at(2u) + o);
+        }
         ss += dot(v, v);
-        if (has_norm) v *= F32Ref(norm).v4[i];
-        xs[i] = v;
+        xs[i] = v * F32Ref(norm).v4[i];
     }
-    float scale = 1.0;
-    if (has_norm) scale = inversesqrt(wg_sum(ss) / float(cols) + pc.eps);
+    float scale = inversesqrt(wg_sum(ss) / float(cols) + pc.eps);
     barrier();
     return scale;
 }
@@ -435,25 +452,30 @@ void prefetch_qkv(uint l) {
     prefetch_passes(W8Ref(layer_ptr(l, 1)), rows, 0u, rows, pc.hidden, 0u);
 }
 
-// A: qkv[t] = W_qkv . norm(x[t]) (layer 0: the embedding row, also copied into x by group 0).
+// Element i of the step's embedding rows ([n, hidden]).
+float embed_at(uint i) {
+    uint t = i / pc.hidden, c = i % pc.hidden;
+    uvec4 e = embed8[(ids[t] * pc.hidden + c) / 8];
+    uint u = e[(c % 8) / 2];
+    return unpackHalf2x16(u)[c % 2];
+}
+
+// A: qkv[t] = W_qkv . norm(R[l % 2][t]) (layer 0: the embedding row). The grid also sets up the
+// residual rows of the layer, an element per invocation: R[(l + 1) % 2] = R[l % 2] (both the
+// embedding rows at layer 0) and D = 0; phases MO and UD add to them with atomics.
 void phase_qkv(uint l) {
     uint n = params.n_tokens;
     uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
+    uint cur = l % 2u, nxt = 1u - cur;
     W8Ref w = W8Ref(layer_ptr(l, 1));
+    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < n * pc.hidden; i += gl_NumWorkGroups.x * WG) {
+        float v = l == 0u ? embed_at(i) : x[res_at(cur) + i];
+        if (l == 0u) x[res_at(cur) + i] = v;
+        x[res_at(nxt) + i] = v;
+        x[res_at(2u) + i] = 0.0;
+    }
     for (uint t = 0; t < n; t++) {
-        uint src = (l == 0u) ? SRC_EMBED : SRC_X;
-        float scale = stage(src, t, pc.hidden, layer_ptr(l, 0));
-        if (l == 0u && gl_WorkGroupID.x == 0u) {
-            // The residual stream starts as the embedding row (read again only after barriers).
-            for (uint i = gl_LocalInvocationIndex; i < pc.hidden / 4; i += WG) {
-                uvec4 e = embed8[(ids[t] * pc.hidden) / 8 + i / 2];
-                vec4 v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
-                x[t * pc.hidden + 4 * i] = v.x;
-                x[t * pc.hidden + 4 * i + 1] = v.y;
-                x[t * pc.hidden + 4 * i + 2] = v.z;
-                x[t * pc.hidden + 4 * i + 3] = v.w;
-            }
-        }
+        float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, cur, layer_ptr(l, 0));
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
             float s = r < rows ? pass_dot(w, r, pc.hidden, ks, t, j, 0u) : 0.0;
@@ -758,99 +780,97 @@ void phase_attention(uint l) {
     }
 }
 
-// M: merges the splits of each (row, query head), one workgroup per pair: subgroup s takes
-// splits s, s + NSG, ...; the subgroups' sums meet in shared memory (xs).
-void phase_merge() {
-    uint n = params.n_tokens;
-    uint hd = pc.head_dim, hd4 = hd / 4;
-    uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-    uint per, splits;
-    split_plan(per, splits);
-    for (uint u = gl_WorkGroupID.x; u < n * pc.heads; u += gl_NumWorkGroups.x) {
-        uint base = u * pc.max_splits * (hd + 2u);
-        // Online: each subgroup keeps its splits' running max and rescales its sums when it
-        // grows, so no pass over the maxima comes first.
-        float mx = NEG_INF;
-        float lsum = 0.0;
-        vec4 acc[VPL];
-        [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] = vec4(0.0);
-        // MU splits (s, s + NSG, ...) at a time: their loads are issued together.
-        for (uint s0 = sg; s0 < splits; s0 += MU * NSG) {
-            float ms[MU], ls[MU];
-            vec4 o[MU * VPL];
-            [[unroll]] for (uint i = 0; i < MU; i++) {
-                uint s = s0 + i * NSG;
-                bool ok = s < splits;
-                uint b = base + (ok ? s : 0u) * (hd + 2u);
-                ms[i] = ok ? partial[b] : NEG_INF;
-                ls[i] = ok ? partial[b + 1u] : 0.0;
-                [[unroll]] for (uint k = 0; k < VPL; k++) {
-                    uint v = lane + k * SG;
-                    o[i * VPL + k] = (ok && v < hd4) ? vec4(partial[b + 2u + 4u * v], partial[b + 3u + 4u * v],
-                                                            partial[b + 4u + 4u * v], partial[b + 5u + 4u * v])
-                                                     : vec4(0.0);
-                }
-            }
-            float nm = mx;
-            [[unroll]] for (uint i = 0; i < MU; i++) nm = max(nm, ms[i]);
-            float sc = (mx == NEG_INF) ? 0.0 : exp(mx - nm);
-            lsum *= sc;
-            [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] *= sc;
-            [[unroll]] for (uint i = 0; i < MU; i++) {
-                float w = (ms[i] == NEG_INF) ? 0.0 : exp(ms[i] - nm);
-                lsum += w * ls[i];
-                [[unroll]] for (uint k = 0; k < VPL; k++) acc[k] += w * o[i * VPL + k];
-            }
-            mx = nm;
-        }
-        [[unroll]] for (uint k = 0; k < VPL; k++) {
-            uint v = lane + k * SG;
-            if (v < hd4) xs[sg * hd4 + v] = acc[k];
-        }
-        if (subgroupElect()) {
-            red_f[sg] = lsum;
-            red_u[sg] = floatBitsToUint(mx);
-        }
-        barrier();
-        // The subgroups' sums meet at the largest of their maxima.
-        float top = NEG_INF;
-        for (uint i = 0; i < NSG; i++) top = max(top, uintBitsToFloat(red_u[i]));
-        float total = 0.0;
-        for (uint i = 0; i < NSG; i++) {
-            float mi = uintBitsToFloat(red_u[i]);
-            total += (mi == NEG_INF) ? 0.0 : exp(mi - top) * red_f[i];
-        }
-        float inv = total > 0.0 ? 1.0 / total : 0.0;
-        for (uint v = gl_LocalInvocationIndex; v < hd4; v += WG) {
-            vec4 a = vec4(0.0);
-            for (uint i = 0; i < NSG; i++) {
-                float mi = uintBitsToFloat(red_u[i]);
-                if (mi != NEG_INF) a += exp(mi - top) * xs[i * hd4 + v];
-            }
-            attn4[u * hd4 + v] = a * inv;
-        }
-        barrier();
+// MO: a workgroup per (row, query head, OC of the head's dims): it merges those dims of the
+// head's splits, then adds W_o[:, dims] . merged to the row's D (float atomics; D is summed in
+// no fixed order). Lane i of subgroup s takes splits s SG + i, + NSG SG, ..., keeping a running
+// max; the lanes meet at the subgroup's max, the subgroups in shared memory.
+const uint OC = 16;
+// W_o rows per invocation loaded at once.
+const uint OR = 4;
+
+// This invocation's W_o loads for rows tid + m WG of the columns from col8 (uvec4 index in a
+// row) on: 2 per row, the OC dims of a unit.
+void load_wo(out uvec4 w[2 * OR], W8Ref wo, uint col8) {
+    uint n8 = (pc.heads * pc.head_dim) / 8;
+    [[unroll]] for (uint m = 0; m < OR; m++) {
+        uint r = gl_LocalInvocationIndex + m * WG;
+        bool ok = r < pc.hidden;
+        w[2 * m] = ok ? wo.w8[r * n8 + col8] : uvec4(0u);
+        w[2 * m + 1] = ok ? wo.w8[r * n8 + col8 + 1u] : uvec4(0u);
     }
 }
 
-void prefetch_residual(uvec2 wp, uint cols) {
-    prefetch_passes(W8Ref(wp), pc.hidden, 0u, pc.hidden, cols, 0u);
-}
+vec4 partial4(uint o) { return vec4(partial[o], partial[o + 1], partial[o + 2], partial[o + 3]); }
 
-// O and D: x[t] += W . src[t].
-void phase_residual(uvec2 wp, uint src, uint cols) {
+void phase_merge_o(uint l) {
     uint n = params.n_tokens;
-    uint rows = pc.hidden, ks = split_ks(rows), passes = mv_passes(rows, ks);
-    W8Ref w = W8Ref(wp);
-    for (uint t = 0; t < n; t++) {
-        stage(src, t, cols, uvec2(0u));
-        for (uint j = 0; j < passes; j++) {
-            uint r = mv_row(ks, j);
-            float s = r < rows ? pass_dot(w, r, cols, ks, t, j, 0u) : 0.0;
-            s = row_total(s, ks);
-            if (r < rows && writes_row(ks)) x[t * pc.hidden + r] += s;
+    uint hd = pc.head_dim, chunks = hd / OC;
+    uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
+    uint per, splits;
+    split_plan(per, splits);
+    W8Ref wo = W8Ref(layer_ptr(l, 4));
+    // Subgroups that have splits.
+    uint used = min(NSG, (splits + SG - 1u) / SG);
+    for (uint u = gl_WorkGroupID.x; u < n * pc.heads * chunks; u += gl_NumWorkGroups.x) {
+        uint t = u / (pc.heads * chunks), hc = u % (pc.heads * chunks);
+        uint h = hc / chunks, c0 = (hc % chunks) * OC;
+        uint col8 = (h * hd + c0) / 8u;
+        // The weights first: they do not depend on the step.
+        uvec4 w[2 * OR];
+        load_wo(w, wo, col8);
+        uint base = (t * pc.heads + h) * pc.max_splits * (hd + 2u);
+        float mx = NEG_INF, lsum = 0.0;
+        vec4 acc[OC / 4];
+        [[unroll]] for (uint q = 0; q < OC / 4; q++) acc[q] = vec4(0.0);
+        for (uint s = sg * SG + lane; s < splits; s += NSG * SG) {
+            uint b = base + s * (hd + 2u);
+            float ms = partial[b], ls = partial[b + 1u];
+            vec4 o[OC / 4];
+            [[unroll]] for (uint q = 0; q < OC / 4; q++) o[q] = partial4(b + 2u + c0 + 4u * q);
+            float nm = max(mx, ms);
+            float sc = (mx == NEG_INF) ? 0.0 : exp(mx - nm);
+            float ws = (ms == NEG_INF) ? 0.0 : exp(ms - nm);
+            lsum = lsum * sc + ws * ls;
+            [[unroll]] for (uint q = 0; q < OC / 4; q++) acc[q] = acc[q] * sc + ws * o[q];
+            mx = nm;
+        }
+        float top = subgroupMax(mx);
+        float e = (mx == NEG_INF) ? 0.0 : exp(mx - top);
+        float lt = subgroupAdd(lsum * e);
+        vec4 at[OC / 4];
+        [[unroll]] for (uint q = 0; q < OC / 4; q++) at[q] = subgroupAdd(acc[q] * e);
+        if (subgroupElect()) {
+            red_f[sg] = lt;
+            red_u[sg] = floatBitsToUint(top);
+            [[unroll]] for (uint q = 0; q < OC / 4; q++) xs[sg * (OC / 4) + q] = at[q];
         }
         barrier();
+        // The subgroups' sums meet at the largest of their maxima (every invocation needs them).
+        float gtop = NEG_INF;
+        for (uint i = 0; i < used; i++) gtop = max(gtop, uintBitsToFloat(red_u[i]));
+        float total = 0.0;
+        vec4 a[OC / 4];
+        [[unroll]] for (uint q = 0; q < OC / 4; q++) a[q] = vec4(0.0);
+        for (uint i = 0; i < used; i++) {
+            float mi = uintBitsToFloat(red_u[i]);
+            float wi = (mi == NEG_INF) ? 0.0 : exp(mi - gtop);
+            total += wi * red_f[i];
+            [[unroll]] for (uint q = 0; q < OC / 4; q++) a[q] += wi * xs[i * (OC / 4) + q];
+        }
+        float inv = total > 0.0 ? 1.0 / total : 0.0;
+        barrier();
+        uint d = res_at(2u) + t * pc.hidden;
+        [[unroll]] for (uint m = 0; m < OR; m++) {
+            uint r = tid + m * WG;
+            float v = (dot8(w[2 * m], a[0], a[1]) + dot8(w[2 * m + 1], a[2], a[3])) * inv;
+            if (r < pc.hidden) atomicAdd(x[d + r], v);
+        }
+        // Rows past OR WG (wide models), one at a time.
+        uint n8 = (pc.heads * hd) / 8u;
+        for (uint r = OR * WG + tid; r < pc.hidden; r += WG) {
+            float v = (dot8(wo.w8[r * n8 + col8], a[0], a[1]) + dot8(wo.w8[r * n8 + col8 + 1u], a[2], a[3])) * inv;
+            atomicAdd(x[d + r], v);
+        }
     }
 }
 
@@ -860,13 +880,26 @@ void prefetch_gate_up(uint l) {
     prefetch_passes(w, pc.inter, pc.inter, 2u * pc.inter, pc.hidden, 1u);
 }
 
-// U: act[t] = silu(gate . norm(x[t])) * (up . norm(x[t])), W = [gate; up].
-void phase_gate_up(uint l) {
+// W_down^T rows (intermediate channels) loaded at once per invocation.
+const uint DE = 16;
+
+// UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
+// R[cur] + D), kept in shared memory after the staged row; then R[nxt] += W_down[:, those rows]
+// . act with float atomics, read from W_down^T (a contiguous row per channel). The workgroup
+// first adds its slice of D to R[nxt], which then holds R[cur] + D + down(act).
+void phase_mlp(uint l) {
     uint n = params.n_tokens;
     uint rows = pc.inter, ks = split_ks(rows), passes = mv_passes(rows, ks);
+    uint per_wg = NSG / ks, e_n = passes * per_wg;
+    uint cur = l % 2u, nxt = 1u - cur;
+    uint tid = gl_LocalInvocationIndex, h4 = pc.hidden / 4u;
     W8Ref w = W8Ref(layer_ptr(l, 6));
+    KV16Ref wd = KV16Ref(layer_ptr(l, 10));
+    for (uint i = gl_WorkGroupID.x * WG + tid; i < n * pc.hidden; i += gl_NumWorkGroups.x * WG) {
+        atomicAdd(x[res_at(nxt) + i], x[res_at(2u) + i]);
+    }
     for (uint t = 0; t < n; t++) {
-        float scale = stage(SRC_X, t, pc.hidden, layer_ptr(l, 5));
+        float scale = stage(SRC_XD, t, cur, layer_ptr(l, 5));
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
             vec2 gu = vec2(0.0);
@@ -878,8 +911,33 @@ void phase_gate_up(uint l) {
             }
             float g = row_total(gu.x, ks) * scale;
             float u = row_total(gu.y, ks) * scale;
-            if (r < rows && writes_row(ks)) act[t * pc.inter + r] = g / (1.0 + exp(-g)) * u;
+            // Channel e = j per_wg + slot of this workgroup, after the staged row.
+            uint a = pc.hidden + j * per_wg + gl_SubgroupID / ks;
+            if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
         }
+        barrier();
+        for (uint i4 = tid; i4 < h4; i4 += WG) {
+            vec4 acc = vec4(0.0);
+            for (uint e0 = 0; e0 < e_n; e0 += DE) {
+                uvec2 dw[DE];
+                [[unroll]] for (uint q = 0; q < DE; q++) {
+                    uint e = e0 + q;
+                    uint c = gl_WorkGroupID.x * per_wg + e % per_wg + (e / per_wg) * gl_NumWorkGroups.x * per_wg;
+                    dw[q] = (e < e_n && c < rows) ? wd.u2[c * h4 + i4] : uvec2(0u);
+                }
+                [[unroll]] for (uint q = 0; q < DE; q++) {
+                    uint a = pc.hidden + e0 + q;
+                    if (e0 + q < e_n) acc += xs[a / 4u][a % 4u] * half4(dw[q].x, dw[q].y);
+                }
+            }
+            // Over the staged row, which nothing reads any more: the atomics go out from
+            // consecutive invocations to consecutive words (a vec4 per invocation would take
+            // four times the memory transactions, and did: 4.7 us per layer).
+            xs[i4] = acc;
+        }
+        barrier();
+        uint o = res_at(nxt) + t * pc.hidden;
+        for (uint i = tid; i < pc.hidden; i += WG) atomicAdd(x[o + i], xs[i / 4u][i % 4u]);
         barrier();
     }
 }
@@ -910,8 +968,7 @@ void phase_head() {
         uint tid = gl_LocalInvocationIndex;
         float ss = 0.0;
         for (uint i = tid; i < pc.hidden / 4; i += WG) {
-            uint o = t * pc.hidden + 4 * i;
-            vec4 v = vec4(x[o], x[o + 1], x[o + 2], x[o + 3]);
+            vec4 v = x4(res_at(pc.layers % 2u) + t * pc.hidden + 4 * i);
             ss += dot(v, v);
             xs[i] = v * final_norm4[i];
         }
@@ -1010,25 +1067,14 @@ void main() {
         if (!grid_sync()) return;
         phase_attention(l);
         if (!grid_sync()) return;
-        phase_merge();
+        phase_merge_o(l);
         grid_arrive();
-        prefetch_residual(layer_ptr(l, 4), pc.heads * pc.head_dim);
+        prefetch_gate_up(l);
         if (!grid_wait()) return;
-        // O (k = 0), then U, then D (k = 1): O and D run one copy of the residual phase's code.
-        [[dont_unroll]] for (uint k = 0u; k < 2u; k++) {
-            bool o = k == 0u;
-            phase_residual(layer_ptr(l, o ? 4u : 7u), o ? SRC_ATTN : SRC_ACT, o ? pc.heads * pc.head_dim : pc.inter);
-            grid_arrive();
-            if (o) prefetch_gate_up(l);
-            else if (l + 1u < pc.layers) prefetch_qkv(l + 1u);
-            if (!grid_wait()) return;
-            if (o) {
-                phase_gate_up(l);
-                grid_arrive();
-                prefetch_residual(layer_ptr(l, 7), pc.inter);
-                if (!grid_wait()) return;
-            }
-        }
+        phase_mlp(l);
+        grid_arrive();
+        if (l + 1u < pc.layers) prefetch_qkv(l + 1u);
+        if (!grid_wait()) return;
     }
     phase_head();
     if (last_to_finish()) {

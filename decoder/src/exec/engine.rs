@@ -151,6 +151,18 @@ pub fn shape_of(cfg: &ModelConfig, max_seq: u32) -> Shape {
     }
 }
 
+/// A row-major matrix of `rows` rows, transposed.
+fn transposed(data: &[f32], rows: usize) -> Vec<f32> {
+    let cols = data.len() / rows.max(1);
+    let mut out = vec![0.0; data.len()];
+    for (r, row) in data.chunks_exact(cols.max(1)).enumerate() {
+        for (c, v) in row.iter().enumerate() {
+            out[c * rows + r] = *v;
+        }
+    }
+    out
+}
+
 fn f16_bytes(data: &[f32]) -> Vec<u8> {
     let h: Vec<half::f16> = data.iter().map(|v| half::f16::from_f32(*v)).collect();
     bytemuck::cast_slice(&h).to_vec()
@@ -498,7 +510,9 @@ impl Engine {
                 BufferDesc::upload((geo.seqs as u64 * geo.table_stride as u64 * 4).max(16)),
                 "kv_block_tables".into(),
             ),
-            (Buf::X, BufferDesc::device(b * h * f32b), "x".into()),
+            // The persistent kernel keeps three rows per token here (its residual rows R0, R1
+            // and the o-projection's sum).
+            (Buf::X, BufferDesc::device(3 * b * h * f32b), "x".into()),
             (Buf::H, BufferDesc::device(b * h * f32b), "h".into()),
             (Buf::QRaw, BufferDesc::device(b * qd * f32b), "q_raw".into()),
             (
@@ -727,6 +741,12 @@ impl Engine {
                 (Buf::WGateUp(l), gu),
                 (Buf::WDown(l), f16_bytes(&lw.down_proj.data)),
             ];
+            if self.persistent() {
+                jobs.push((
+                    Buf::WDownT(l),
+                    f16_bytes(&transposed(&lw.down_proj.data, s.hidden as usize)),
+                ));
+            }
             if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
                 jobs.push((Buf::QNorm(l), f32_bytes(&qn.data)));
                 jobs.push((Buf::KNorm(l), f32_bytes(&kn.data)));
@@ -1665,6 +1685,14 @@ fn assign_queries(spans: &mut [SpanDef], gpu_steps: &[usize], chunk_of_step: &[u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_matrix_is_transposed_row_for_column() {
+        // 2 rows x 3 columns, row-major.
+        let m = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert_eq!(transposed(&m, 2), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        assert_eq!(transposed(&transposed(&m, 2), 3), m.to_vec());
+    }
 
     fn span(first: usize, last: usize) -> SpanDef {
         SpanDef {

@@ -16,8 +16,8 @@ use super::program::{
 };
 use crate::shaders::Shader;
 
-/// Grid barriers per layer (phases A, C, M, O, U, D of `shaders/persistent.glsl`).
-pub const BARRIERS_PER_LAYER: u32 = 6;
+/// Grid barriers per layer (phases A, C, MO, UD of `shaders/persistent.glsl`).
+pub const BARRIERS_PER_LAYER: u32 = 4;
 
 /// The kernel's phases in clock order: their labels and op kinds. Phase k runs from clock k to
 /// clock k + 1 (`clocks(layers)` clocks in all).
@@ -27,10 +27,8 @@ pub fn phases(layers: u32) -> Vec<(String, &'static str)> {
         for (name, kind) in [
             ("qkv_proj", "matvec"),
             ("attention", "attention"),
-            ("attn_merge", "attention"),
-            ("o_proj_residual", "matvec"),
-            ("gate_up_silu", "matvec"),
-            ("down_proj_residual", "matvec"),
+            ("attn_merge_o_proj", "attention"),
+            ("mlp", "matvec"),
         ] {
             out.push((format!("token/L{l}.{name}"), kind));
         }
@@ -61,9 +59,8 @@ pub fn phase_of(label: &str, layers: u32) -> Option<usize> {
         "qk_norm_rope_kv" => 1,
         n if n.starts_with("attn_merge") => 2,
         n if n.starts_with("attn_split") => 1,
-        "o_proj_residual" => 3,
-        "gate_up_silu" => 4,
-        "down_proj_residual" => 5,
+        "o_proj_residual" => 2,
+        "gate_up_silu" | "down_proj_residual" => 3,
         _ => return None,
     };
     (l < layers as usize).then_some(l * per + k)
@@ -92,7 +89,7 @@ pub fn phase_facts(fused: &[super::program::Step], layers: u32) -> Vec<OpInfo> {
 }
 
 /// Per-layer entries of the kernel's pointer table (`ptrs`), in this order.
-pub const PTRS_PER_LAYER: usize = 10;
+pub const PTRS_PER_LAYER: usize = 11;
 
 /// The per-layer buffers whose device addresses the pointer table holds, in the kernel's order.
 pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER] {
@@ -107,8 +104,12 @@ pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER] {
         Some(Buf::WDown(l)),
         Some(Buf::KCache(l)),
         Some(Buf::VCache(l)),
+        Some(Buf::WDownT(l)),
     ]
 }
+
+/// Dims of a head that one unit of the kernel's merge + o-projection phase takes (`OC`).
+pub const MERGE_DIMS: u32 = 16;
 
 /// Splits per (row, head) the kernel may write: one per block of `subgroup` positions.
 pub fn max_splits(s: &Shape, subgroup: u32) -> u32 {
@@ -126,24 +127,19 @@ pub fn k_row_chunks(s: &Shape, elem_bytes: u32) -> u32 {
     (s.head_dim * elem_bytes / 16).max(1)
 }
 
-/// vec4s of the kernel's shared staging: the widest input row, the merge's per-subgroup head
-/// sums, and the attention's per-subgroup query heads with a block's softmax weights.
+/// vec4s of the kernel's shared staging: a staged input row with the MLP's activations of one
+/// workgroup after it (at most every channel, on a grid of one), the merge's per-subgroup sums,
+/// and the attention's per-subgroup query heads with a block's softmax weights.
 pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
     let sg = t.subgroup.max(1);
     let nsg = (t.persistent_wg / sg).max(1);
     let gq = (s.heads / s.kv_heads.max(1)).max(1);
     let attention = nsg * gq * (s.head_dim + 4 * sg.div_ceil(4));
-    [
-        s.hidden,
-        s.intermediate,
-        s.q_dim(),
-        nsg * s.head_dim,
-        attention,
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(4)
-    .div_ceil(4)
+    [s.hidden + s.intermediate + nsg, nsg * MERGE_DIMS, attention]
+        .into_iter()
+        .max()
+        .unwrap_or(4)
+        .div_ceil(4)
 }
 
 /// Bytes of shared memory the kernel declares (staging, two reduction arrays, a flag).
@@ -175,6 +171,7 @@ pub fn unsupported(
     t: &Tuning,
     grid_sync: bool,
     subgroup_arithmetic: bool,
+    float_atomics: bool,
     shared_limit: u32,
 ) -> Option<String> {
     if !grid_sync {
@@ -210,11 +207,19 @@ pub fn unsupported(
             s.q_dim()
         ));
     }
-    if !(s.head_dim * 2).is_multiple_of(16) {
+    if !s.head_dim.is_multiple_of(MERGE_DIMS) {
         return Some(format!(
-            "--kernels persistent needs head_dim to be a multiple of 8 (this model: {}); use --kernels fused",
+            "--kernels persistent needs head_dim to be a multiple of {MERGE_DIMS} (this model: {}); use --kernels \
+             fused",
             s.head_dim
         ));
+    }
+    if !float_atomics {
+        return Some(
+            "--kernels persistent adds to the residual stream with float atomics (VK_EXT_shader_atomic_float's \
+             shaderBufferFloat32AtomicAdd), which this device lacks; use --kernels fused"
+                .into(),
+        );
     }
     let bytes = shared_bytes(s, t);
     if bytes > shared_limit as u64 {
@@ -279,12 +284,10 @@ impl Lower<'_> {
                 0,
                 s.max_seq as u64 * s.head_dim as u64 * F32,
             )),
-            rw(self.act(Buf::X, s.hidden)),
+            rw(self.act(Buf::X, 3 * s.hidden)),
             rw(self.act(Buf::Qkv, s.qkv_rows())),
             write(r(Buf::PhaseClocks, 0, 8 * clocks(s.layers) as u64)),
             rw(r(Buf::Partial, 0, partial)),
-            rw(self.act(Buf::Attn, s.q_dim())),
-            rw(self.act(Buf::Act, s.intermediate)),
             write(self.act(Buf::Logits, s.vocab)),
             write(r(Buf::ArgmaxOut, 0, 4 * (2 * n + 1))),
         ]
@@ -399,5 +402,20 @@ mod tests {
         // A shape that fits keeps the workgroup; one that never fits stops at one subgroup.
         assert_eq!(fit_workgroup(&shape(8, 2, 64), &t, 32768), 64);
         assert_eq!(fit_workgroup(&s, &t, 1024), t.subgroup);
+    }
+
+    #[test]
+    fn the_kernel_is_refused_without_float_atomics_or_with_odd_head_dims() {
+        let t = Tuning::for_device(132, 32, 1 << 20, 1);
+        let s = shape(16, 8, 128);
+        assert_eq!(unsupported(&s, &t, true, true, true, 1 << 16), None);
+        let why = unsupported(&s, &t, true, true, false, 1 << 16).unwrap_or_default();
+        assert!(why.contains("shaderBufferFloat32AtomicAdd"), "{why}");
+        // A merge unit takes 16 of a head's dims: head_dim 24 is refused, with the figure.
+        let why = unsupported(&shape(16, 8, 24), &t, true, true, true, 1 << 16).unwrap_or_default();
+        assert!(
+            why.contains("multiple of 16") && why.contains("24"),
+            "{why}"
+        );
     }
 }

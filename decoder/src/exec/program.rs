@@ -291,6 +291,9 @@ pub enum Buf {
     /// gate and up projections stacked: [2 intermediate, hidden] f16.
     WGateUp(u32),
     WDown(u32),
+    /// down projection transposed, [intermediate, hidden] f16: a contiguous row per channel
+    /// (the persistent kernel's MLP phase; allocated for `--kernels persistent` only).
+    WDownT(u32),
     KCache(u32),
     VCache(u32),
     /// Host-visible: the paged layout's block tables `[seqs, stride]` u32 (bound, unused, by the

@@ -49,6 +49,7 @@ impl Engine {
             &self.tuning,
             info.grid_sync,
             info.subgroup_arithmetic,
+            info.float_atomic_add,
             info.max_compute_shared_memory,
         ) {
             bail!(why);
@@ -108,6 +109,14 @@ impl Engine {
                 "persistent_sync".into(),
             ),
         ];
+        let s = &self.shape;
+        for l in 0..s.layers {
+            out.push((
+                Buf::WDownT(l),
+                BufferDesc::device(s.hidden as u64 * s.intermediate as u64 * 2),
+                format!("model.layers.{l}.mlp.down_proj_transposed"),
+            ));
+        }
         if self.gpu().info().shader_device_clock {
             out.push((
                 Buf::PhaseClocks,
