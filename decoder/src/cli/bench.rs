@@ -111,6 +111,12 @@ pub struct Args {
     /// every context (batch 1); its decode tokens/s goes into the table beside ours.
     #[arg(long, value_name = "PATH", help_heading = "Peers")]
     pub llama_server: Option<PathBuf>,
+    /// Completions llama.cpp runs at each context: its row is their median tokens/s (its rate
+    /// moves by 10% and more from one completion to the next; every run's figure goes into
+    /// bench.json).
+    #[arg(long, default_value_t = 3, value_name = "N", help_heading = "Peers",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub llama_runs: u32,
 }
 
 /// A named knob setting of a sweep.
@@ -713,9 +719,17 @@ fn llama_rows(
     let server = peer::Server::start(&bin, &gguf, n_ctx, &log)?;
     let mut out = Vec::new();
     for ids in &prompts {
-        let c = server
-            .complete(ids, n_predict)
-            .with_context(|| format!("llama.cpp at context {}", ids.len()))?;
+        let mut runs = Vec::new();
+        let mut first = None;
+        for k in 0..args.llama_runs {
+            let c = server
+                .complete(ids, n_predict)
+                .with_context(|| format!("llama.cpp at context {}, run {}", ids.len(), k + 1))?;
+            runs.push(c.predicted_per_second);
+            first.get_or_insert(c);
+        }
+        let mut c = first.context("--llama-runs: llama.cpp ran no completion")?;
+        c.predicted_per_second = median(runs.clone());
         // decodescope's sequence 0 at this context, batch 1 (the first setting measured).
         let ours = rows
             .iter()
@@ -724,15 +738,19 @@ fn llama_rows(
             .unwrap_or(&[]);
         let (shared, compared) = peer::shared_prefix(&c.tokens, ours);
         eprintln!(
-            "llama.cpp context {}: {:.1} tokens/s, {shared} of {compared} leading tokens as decodescope",
+            "llama.cpp context {}: {:.1} tokens/s (median of {:?}), {shared} of {compared} leading tokens as decodescope",
             ids.len(),
-            c.predicted_per_second
+            c.predicted_per_second,
+            runs.iter()
+                .map(|r| (r * 10.0).round() / 10.0)
+                .collect::<Vec<_>>()
         );
         out.push(peer::PeerRow {
             runtime: "llama.cpp (Vulkan)".into(),
             context: ids.len(),
             decode_tokens: c.predicted_n,
             tokens_per_s: c.predicted_per_second,
+            tokens_per_s_runs: runs,
             ms_per_token: if c.predicted_per_second > 0.0 {
                 1e3 / c.predicted_per_second
             } else {

@@ -22,8 +22,11 @@ pub struct PeerRow {
     pub context: usize,
     /// Tokens llama.cpp generated (its `predicted_n`).
     pub decode_tokens: usize,
-    /// llama.cpp's decode tokens per second (`timings.predicted_per_second`).
+    /// llama.cpp's decode tokens per second (`timings.predicted_per_second`): the median of
+    /// `tokens_per_s_runs`.
     pub tokens_per_s: f64,
+    /// Each completion's figure, in the order they ran (`--llama-runs`).
+    pub tokens_per_s_runs: Vec<f64>,
     pub ms_per_token: f64,
     /// llama.cpp's prompt tokens per second (`timings.prompt_per_second`).
     pub prompt_tokens_per_s: f64,
