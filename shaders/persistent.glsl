@@ -784,6 +784,7 @@ void phase_attention(uint l) {
 // head's splits, then adds W_o[:, dims] . merged to the row's D (float atomics; D is summed in
 // no fixed order). Lane i of subgroup s takes splits s SG + i, + NSG SG, ..., keeping a running
 // max; the lanes meet at the subgroup's max, the subgroups in shared memory.
+// (decoder/src/exec/persistent.rs: MERGE_DIMS; the projection below takes its 16 as a[0 .. 3].)
 const uint OC = 16;
 // W_o rows per invocation loaded at once.
 const uint OR = 4;

@@ -512,7 +512,11 @@ impl Engine {
             ),
             // The persistent kernel keeps three rows per token here (its residual rows R0, R1
             // and the o-projection's sum).
-            (Buf::X, BufferDesc::device(3 * b * h * f32b), "x".into()),
+            (
+                Buf::X,
+                BufferDesc::device(if self.persistent() { 3 } else { 1 } * b * h * f32b),
+                "x".into(),
+            ),
             (Buf::H, BufferDesc::device(b * h * f32b), "h".into()),
             (Buf::QRaw, BufferDesc::device(b * qd * f32b), "q_raw".into()),
             (
