@@ -123,6 +123,8 @@ const uint PJ4 = (SG + 3u) / 4u;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer W8Ref { uvec4 w8[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer F32Ref { vec4 v4[]; };
+// W_down^T: 4 halves (a uvec2) at a time.
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer W4Ref { uvec2 u2[]; };
 // The caches: read through plain (incoherent) loads, since a step never reads a position it
 // writes from memory (the subgroup that writes it uses it from registers), and written through
 // their own references. f16 elements stay packed (uvec2 per 4) until used.
@@ -317,10 +319,14 @@ uint split_ks(uint rows) {
     return ks;
 }
 
+// Row of row slot `slot` of this workgroup in pass j, with per_wg slots per workgroup.
+uint pass_row(uint slot, uint per_wg, uint j) {
+    return gl_WorkGroupID.x * per_wg + slot + j * gl_NumWorkGroups.x * per_wg;
+}
+
 // Row of this subgroup in pass j.
 uint mv_row(uint ks, uint j) {
-    uint per_wg = NSG / ks;
-    return gl_WorkGroupID.x * per_wg + gl_SubgroupID / ks + j * gl_NumWorkGroups.x * per_wg;
+    return pass_row(gl_SubgroupID / ks, NSG / ks, j);
 }
 
 uint mv_passes(uint rows, uint ks) {
@@ -895,7 +901,7 @@ void phase_mlp(uint l) {
     uint cur = l % 2u, nxt = 1u - cur;
     uint tid = gl_LocalInvocationIndex, h4 = pc.hidden / 4u;
     W8Ref w = W8Ref(layer_ptr(l, 6));
-    KV16Ref wd = KV16Ref(layer_ptr(l, 10));
+    W4Ref wd = W4Ref(layer_ptr(l, 10));
     for (uint i = gl_WorkGroupID.x * WG + tid; i < n * pc.hidden; i += gl_NumWorkGroups.x * WG) {
         atomicAdd(x[res_at(nxt) + i], x[res_at(2u) + i]);
     }
@@ -923,7 +929,7 @@ void phase_mlp(uint l) {
                 uvec2 dw[DE];
                 [[unroll]] for (uint q = 0; q < DE; q++) {
                     uint e = e0 + q;
-                    uint c = gl_WorkGroupID.x * per_wg + e % per_wg + (e / per_wg) * gl_NumWorkGroups.x * per_wg;
+                    uint c = pass_row(e % per_wg, per_wg, e / per_wg);
                     dw[q] = (e < e_n && c < rows) ? wd.u2[c * h4 + i4] : uvec2(0u);
                 }
                 [[unroll]] for (uint q = 0; q < DE; q++) {
