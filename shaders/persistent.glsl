@@ -112,9 +112,10 @@ const uint NSG = WG / SG;
 #define NEG_INF uintBitsToFloat(0xff800000u)
 // Barriers per layer (A, C, MO, UD).
 const uint BARRIERS_PER_LAYER = 4;
-// uvec4s per lane of a matvec row loaded while the grid meets, for the first PF_PASSES passes.
+// uvec4s per lane of a matvec row loaded while the grid meets, for PF_SETS (pass, matrix) sets:
+// the first PF_SETS passes of a one-matrix phase (QKV), the first PF_SETS / 2 of gate/up's two.
 const uint PF = 4;
-const uint PF_PASSES = 2;
+const uint PF_SETS = 4;
 // lm_head rows a subgroup reads at a time, and the chunks per lane of each read at once.
 const uint HR = 4;
 const uint HC = 4;
@@ -174,7 +175,7 @@ shared bool flag_sh;
 // Barriers this invocation has passed in this step.
 uint barriers = 0u;
 // The current matvec's first loads: PF per (pass, matrix), two matrices for gate/up.
-uvec4 pf[PF_PASSES * 2 * PF];
+uvec4 pf[PF_SETS * PF];
 
 // ---- the grid barrier ----
 
@@ -408,30 +409,35 @@ vec2 part_dot2(W8Ref w, uint row0, uint row1, uint cols, uint ks, bool pre, uvec
     return vec2(subgroupAdd(acc.x), subgroupAdd(acc.y));
 }
 
-// The prefetched loads of pass j of matrix `mat` (pass_dot's and gate/up's).
-void pass_pf(uint j, uint mat, out uvec4 p[PF]) {
+// Passes of a phase with `mats` matrices whose first loads are prefetched.
+uint pf_passes(uint mats) { return PF_SETS / mats; }
+
+// The prefetched loads of pass j of matrix `mat` of `mats` (1 for QKV, 2 for gate/up; constants
+// at every call): set mats j + mat.
+void pass_pf(uint j, uint mat, uint mats, out uvec4 p[PF]) {
     [[unroll]] for (uint c = 0; c < PF; c++) {
         p[c] = pf[mat * PF + c];
-        [[unroll]] for (uint jj = 1; jj < PF_PASSES; jj++) {
-            if (j == jj) p[c] = pf[(2u * jj + mat) * PF + c];
+        [[unroll]] for (uint jj = 1; jj < PF_SETS; jj++) {
+            if (jj < pf_passes(mats) && j == jj) p[c] = pf[(mats * jj + mat) * PF + c];
         }
     }
 }
 
-// part_dot for pass j of matrix `mat` (0, or 1 for gate/up's up rows; a constant at every call)
-// of input row t: from the prefetched loads where they hold it. The pass's loads are selected
-// by value (pf indices stay constant, so pf stays in registers) and part_dot's code is there
-// once per call (see the note on code size at the top).
-float pass_dot(W8Ref w, uint row, uint cols, uint ks, uint t, uint j, uint mat) {
+// part_dot for pass j of a one-matrix phase, input row t: from the prefetched loads where they
+// hold it. The pass's loads are selected by value (pf indices stay constant, so pf stays in
+// registers) and part_dot's code is there once per call (see the note on code size at the top).
+float pass_dot(W8Ref w, uint row, uint cols, uint ks, uint t, uint j) {
     uvec4 p[PF];
-    pass_pf(j, mat, p);
-    return part_dot(w, row, cols, ks, t == 0u && j < PF_PASSES, p);
+    pass_pf(j, 0u, 1u, p);
+    return part_dot(w, row, cols, ks, t == 0u && j < pf_passes(1u), p);
 }
 
-// Prefetches the first PF_PASSES passes of matrix `mat` (rows at `offset` + the pass's row).
-void prefetch_passes(W8Ref w, uint rows, uint offset, uint bound, uint cols, uint mat) {
+// Prefetches the first passes of matrix `mat` of `mats` (rows at `offset` + the pass's row).
+void prefetch_passes(W8Ref w, uint rows, uint offset, uint bound, uint cols, uint mat, uint mats) {
     uint ks = split_ks(rows);
-    [[unroll]] for (uint j = 0; j < PF_PASSES; j++) prefetch(w, offset + mv_row(ks, j), bound, cols, ks, (2u * j + mat) * PF);
+    [[unroll]] for (uint j = 0; j < PF_SETS; j++) {
+        if (j < pf_passes(mats)) prefetch(w, offset + mv_row(ks, j), bound, cols, ks, (mats * j + mat) * PF);
+    }
 }
 
 // Sums the KS parts of each row slot (every subgroup of the workgroup calls it together);
@@ -455,7 +461,7 @@ uint qkv_rows() { return pc.heads * pc.head_dim + 2u * pc.kv_heads * pc.head_dim
 
 void prefetch_qkv(uint l) {
     uint rows = qkv_rows();
-    prefetch_passes(W8Ref(layer_ptr(l, 1)), rows, 0u, rows, pc.hidden, 0u);
+    prefetch_passes(W8Ref(layer_ptr(l, 1)), rows, 0u, rows, pc.hidden, 0u, 1u);
 }
 
 // Element i of the step's embedding rows ([n, hidden]).
@@ -484,7 +490,7 @@ void phase_qkv(uint l) {
         float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, cur, layer_ptr(l, 0));
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
-            float s = r < rows ? pass_dot(w, r, pc.hidden, ks, t, j, 0u) : 0.0;
+            float s = r < rows ? pass_dot(w, r, pc.hidden, ks, t, j) : 0.0;
             s = row_total(s, ks) * scale;
             if (r < rows && writes_row(ks)) qkv[t * rows + r] = s;
         }
@@ -883,8 +889,8 @@ void phase_merge_o(uint l) {
 
 void prefetch_gate_up(uint l) {
     W8Ref w = W8Ref(layer_ptr(l, 6));
-    prefetch_passes(w, pc.inter, 0u, pc.inter, pc.hidden, 0u);
-    prefetch_passes(w, pc.inter, pc.inter, 2u * pc.inter, pc.hidden, 1u);
+    prefetch_passes(w, pc.inter, 0u, pc.inter, pc.hidden, 0u, 2u);
+    prefetch_passes(w, pc.inter, pc.inter, 2u * pc.inter, pc.hidden, 1u, 2u);
 }
 
 // W_down^T rows (intermediate channels) loaded at once per invocation.
@@ -912,9 +918,9 @@ void phase_mlp(uint l) {
             vec2 gu = vec2(0.0);
             if (r < rows) {
                 uvec4 p0[PF], p1[PF];
-                pass_pf(j, 0u, p0);
-                pass_pf(j, 1u, p1);
-                gu = part_dot2(w, r, r + pc.inter, pc.hidden, ks, t == 0u && j < PF_PASSES, p0, p1);
+                pass_pf(j, 0u, 2u, p0);
+                pass_pf(j, 1u, 2u, p1);
+                gu = part_dot2(w, r, r + pc.inter, pc.hidden, ks, t == 0u && j < pf_passes(2u), p0, p1);
             }
             float g = row_total(gu.x, ks) * scale;
             float u = row_total(gu.y, ks) * scale;
