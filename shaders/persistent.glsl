@@ -903,7 +903,7 @@ const uint DE = 16;
 void phase_mlp(uint l) {
     uint n = params.n_tokens;
     uint rows = pc.inter, ks = split_ks(rows), passes = mv_passes(rows, ks);
-    uint per_wg = NSG / ks, e_n = passes * per_wg;
+    uint per_wg = NSG / ks, e_n = passes * per_wg, wg_shift = findLSB(per_wg);
     uint cur = l % 2u, nxt = 1u - cur;
     uint tid = gl_LocalInvocationIndex, h4 = pc.hidden / 4u;
     W8Ref w = W8Ref(layer_ptr(l, 6));
@@ -935,12 +935,15 @@ void phase_mlp(uint l) {
                 uvec2 dw[DE];
                 [[unroll]] for (uint q = 0; q < DE; q++) {
                     uint e = e0 + q;
-                    uint c = pass_row(e % per_wg, per_wg, e / per_wg);
+                    // pass_row(e % per_wg, per_wg, e / per_wg), per_wg being a power of two.
+                    uint c = pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift);
                     dw[q] = (e < e_n && c < rows) ? wd.u2[c * h4 + i4] : uvec2(0u);
                 }
+                // The activations of channels e0 .. e0 + DE - 1: whole vec4s of xs (hidden and
+                // DE are multiples of 4), so every component index is a constant.
+                uint a4 = (pc.hidden + e0) / 4u;
                 [[unroll]] for (uint q = 0; q < DE; q++) {
-                    uint a = pc.hidden + e0 + q;
-                    if (e0 + q < e_n) acc += xs[a / 4u][a % 4u] * half4(dw[q].x, dw[q].y);
+                    if (e0 + q < e_n) acc += xs[a4 + q / 4u][q % 4u] * half4(dw[q].x, dw[q].y);
                 }
             }
             // Over the staged row, which nothing reads any more: the atomics go out from
