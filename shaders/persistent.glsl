@@ -313,6 +313,8 @@ uint nsub() { return gl_NumWorkGroups.x * NSG; }
 // A matvec over `rows` rows gives each row to KS subgroups of one workgroup (a power of two: the
 // largest with rows * KS * 2 <= the grid's subgroups, at most NSG). Subgroup s of a workgroup
 // takes row slot s / KS and column part s % KS; a pass over the grid covers G * NSG / KS rows.
+// Divisions by KS are shifts: a division by a value the compiler cannot see is a long sequence
+// of instructions, and the kernel's code size is time (see the top).
 
 uint split_ks(uint rows) {
     uint ks = 1u;
@@ -327,11 +329,11 @@ uint pass_row(uint slot, uint per_wg, uint j) {
 
 // Row of this subgroup in pass j.
 uint mv_row(uint ks, uint j) {
-    return pass_row(gl_SubgroupID / ks, NSG / ks, j);
+    return pass_row(gl_SubgroupID >> findLSB(ks), NSG >> findLSB(ks), j);
 }
 
 uint mv_passes(uint rows, uint ks) {
-    uint per_pass = gl_NumWorkGroups.x * (NSG / ks);
+    uint per_pass = gl_NumWorkGroups.x * (NSG >> findLSB(ks));
     return (rows + per_pass - 1u) / per_pass;
 }
 
@@ -339,7 +341,7 @@ uint mv_passes(uint rows, uint ks) {
 void prefetch(W8Ref w, uint row, uint rows, uint cols, uint ks, uint at) {
     uint n8 = cols / 8;
     uint stride = ks * SG;
-    uint i = gl_SubgroupInvocationID + (gl_SubgroupID % ks) * SG;
+    uint i = gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG;
     [[unroll]] for (uint j = 0; j < PF; j++) {
         pf[at + j] = (row < rows && i + j * stride < n8) ? w.w8[row * n8 + i + j * stride] : uvec4(0u);
     }
@@ -351,7 +353,7 @@ float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uvec4 p[PF]) {
     uint n8 = cols / 8;
     uint base = row * n8;
     uint stride = ks * SG;
-    uint i = gl_SubgroupInvocationID + (gl_SubgroupID % ks) * SG;
+    uint i = gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG;
     float acc = 0.0;
     if (pre) {
         [[unroll]] for (uint j = 0; j < PF; j++) {
@@ -379,7 +381,7 @@ vec2 part_dot2(W8Ref w, uint row0, uint row1, uint cols, uint ks, bool pre, uvec
     uint n8 = cols / 8;
     uint base0 = row0 * n8, base1 = row1 * n8;
     uint stride = ks * SG;
-    uint i = gl_SubgroupInvocationID + (gl_SubgroupID % ks) * SG;
+    uint i = gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG;
     vec2 acc = vec2(0.0);
     if (pre) {
         [[unroll]] for (uint j = 0; j < PF; j++) {
@@ -446,14 +448,14 @@ float row_total(float part, uint ks) {
     if (ks == 1u) return part;
     if (subgroupElect()) red_f[gl_SubgroupID] = part;
     barrier();
-    uint b = (gl_SubgroupID / ks) * ks;
+    uint b = gl_SubgroupID & ~(ks - 1u);
     float s = 0.0;
     for (uint k = 0; k < ks; k++) s += red_f[b + k];
     barrier();
     return s;
 }
 
-bool writes_row(uint ks) { return gl_SubgroupID % ks == 0u && subgroupElect(); }
+bool writes_row(uint ks) { return (gl_SubgroupID & (ks - 1u)) == 0u && subgroupElect(); }
 
 // ---- phases ----
 
@@ -903,7 +905,7 @@ const uint DE = 16;
 void phase_mlp(uint l) {
     uint n = params.n_tokens;
     uint rows = pc.inter, ks = split_ks(rows), passes = mv_passes(rows, ks);
-    uint per_wg = NSG / ks, e_n = passes * per_wg, wg_shift = findLSB(per_wg);
+    uint per_wg = NSG >> findLSB(ks), e_n = passes * per_wg, wg_shift = findLSB(per_wg);
     uint cur = l % 2u, nxt = 1u - cur;
     uint tid = gl_LocalInvocationIndex, h4 = pc.hidden / 4u;
     W8Ref w = W8Ref(layer_ptr(l, 6));
@@ -925,7 +927,7 @@ void phase_mlp(uint l) {
             float g = row_total(gu.x, ks) * scale;
             float u = row_total(gu.y, ks) * scale;
             // Channel e = j per_wg + slot of this workgroup, after the staged row.
-            uint a = pc.hidden + j * per_wg + gl_SubgroupID / ks;
+            uint a = pc.hidden + j * per_wg + (gl_SubgroupID >> findLSB(ks));
             if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
         }
         barrier();
