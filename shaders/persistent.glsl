@@ -79,7 +79,7 @@
 // u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
 // [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [3, n, hidden] (R0, R1, D), 10 qkv f32
 // [n, qkv_rows], 11 phase clocks uvec2 [4 layers + 2], 12 partial f32 [n, heads, max_splits,
-// hd + 2], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n + 1].
+// hd + 4], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n + 1].
 // Spec: 0 WG, 1 SG (the subgroup size), 2 QK_NORM, 3 GQ (query heads per KV head), 4..7 the KV
 // layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: at least (hidden + intermediate +
 // NSG) / 4 for a staged row and the MLP's activations, NSG * OC / 4 for the merge and NSG * GQ *
@@ -146,9 +146,15 @@ layout(set = 0, binding = 8) readonly buffer Rope { float rope[]; };
 // The residual stream: two rows R0, R1 (layer l reads R[l % 2] and builds R[(l + 1) % 2]) and the
 // o-projection's sum D, each [n, hidden].
 layout(set = 0, binding = 9) coherent buffer X { float x[]; };
+// The same rows as vec4s (every row starts at a multiple of 4 elements: hidden is a multiple of 8).
+layout(set = 0, binding = 9) coherent buffer X4 { vec4 x4v[]; };
 layout(set = 0, binding = 10) coherent buffer Qkv { float qkv[]; };
+// The same as vec4s (a head starts at a multiple of 16 elements).
+layout(set = 0, binding = 10) coherent buffer Qkv4 { vec4 qkv4[]; };
 layout(set = 0, binding = 11) writeonly buffer Clocks { uvec2 clk[]; };
 layout(set = 0, binding = 12) coherent buffer Partial { float partial[]; };
+// The same as vec4s: a partial is (m, l, 2 unused, hd sums), so its sums are whole vec4s.
+layout(set = 0, binding = 12) coherent buffer Partial4 { vec4 partial4v[]; };
 layout(set = 0, binding = 13) writeonly buffer Logits { float logits[]; };
 layout(set = 0, binding = 14) writeonly buffer Out { uint result[]; };
 
@@ -277,7 +283,8 @@ float wg_sum(float v) {
 // The residual stream's rows in x: R0, R1, then D (see binding 9).
 uint res_at(uint k) { return k * params.n_tokens * pc.hidden; }
 
-vec4 x4(uint o) { return vec4(x[o], x[o + 1], x[o + 2], x[o + 3]); }
+// Elements o .. o + 3 of x (o a multiple of 4): one load.
+vec4 x4(uint o) { return x4v[o / 4u]; }
 
 // Input sources of a matvec phase: R[k] (k from the caller), the embedding row, R[k] + D.
 const uint SRC_X = 0, SRC_EMBED = 1, SRC_XD = 2;
@@ -542,14 +549,13 @@ struct HeadRaw {
 };
 
 HeadRaw head_raw(uint src, uint v) {
+    // Elements 4 v .. 4 v + 3 are consecutive, and so are their partners: two vec4 loads (src and
+    // hd / 2 are multiples of 4).
     uint half_dim = pc.head_dim / 2;
+    uint i = 4u * v < half_dim ? 4u * v : 4u * v - half_dim;
     HeadRaw r;
-    [[unroll]] for (uint c = 0; c < 4u; c++) {
-        uint e = 4u * v + c;
-        uint i = e < half_dim ? e : e - half_dim;
-        r.a[c] = qkv[src + i];
-        r.b[c] = qkv[src + i + half_dim];
-    }
+    r.a = qkv4[(src + i) / 4u];
+    r.b = qkv4[(src + i + half_dim) / 4u];
     return r;
 }
 
@@ -662,7 +668,7 @@ void phase_attention(uint l) {
             vnew[k] = vec4(0.0);
             if (mine && v < hd4) {
                 kraw[k] = head_raw(ksrc, v);
-                vnew[k] = vec4(qkv[vsrc + 4 * v], qkv[vsrc + 4 * v + 1], qkv[vsrc + 4 * v + 2], qkv[vsrc + 4 * v + 3]);
+                vnew[k] = qkv4[vsrc / 4u + v];
             }
         }
         // This subgroup's query heads go to its part of xs (every lane reads them whole when it
@@ -775,7 +781,7 @@ void phase_attention(uint l) {
         }
         [[unroll]] for (uint g = 0; g < GQ; g++) {
             uint h = kvh * GQ + g;
-            uint base = ((t * pc.heads + h) * pc.max_splits + sp) * (hd + 2u);
+            uint base = ((t * pc.heads + h) * pc.max_splits + sp) * (hd + 4u);
             if (lane == 0u) {
                 partial[base] = m[g];
                 partial[base + 1u] = lsum[g];
@@ -784,10 +790,7 @@ void phase_attention(uint l) {
                 uint v = lane + k * SG;
                 if (v < hd4) {
                     vec4 a = acc[g * VPL + k];
-                    partial[base + 2u + 4u * v] = a.x;
-                    partial[base + 3u + 4u * v] = a.y;
-                    partial[base + 4u + 4u * v] = a.z;
-                    partial[base + 5u + 4u * v] = a.w;
+                    partial4v[base / 4u + 1u + v] = a;
                 }
             }
         }
@@ -815,7 +818,6 @@ void load_wo(out uvec4 w[2 * OR], W8Ref wo, uint col8) {
     }
 }
 
-vec4 partial4(uint o) { return vec4(partial[o], partial[o + 1], partial[o + 2], partial[o + 3]); }
 
 void phase_merge_o(uint l) {
     uint n = params.n_tokens;
@@ -833,15 +835,15 @@ void phase_merge_o(uint l) {
         // The weights first: they do not depend on the step.
         uvec4 w[2 * OR];
         load_wo(w, wo, col8);
-        uint base = (t * pc.heads + h) * pc.max_splits * (hd + 2u);
+        uint base = (t * pc.heads + h) * pc.max_splits * (hd + 4u);
         float mx = NEG_INF, lsum = 0.0;
         vec4 acc[OC / 4];
         [[unroll]] for (uint q = 0; q < OC / 4; q++) acc[q] = vec4(0.0);
         for (uint s = sg * SG + lane; s < splits; s += NSG * SG) {
-            uint b = base + s * (hd + 2u);
+            uint b = base + s * (hd + 4u);
             float ms = partial[b], ls = partial[b + 1u];
             vec4 o[OC / 4];
-            [[unroll]] for (uint q = 0; q < OC / 4; q++) o[q] = partial4(b + 2u + c0 + 4u * q);
+            [[unroll]] for (uint q = 0; q < OC / 4; q++) o[q] = partial4v[(b + 4u + c0) / 4u + q];
             float nm = max(mx, ms);
             float sc = (mx == NEG_INF) ? 0.0 : exp(mx - nm);
             float ws = (ms == NEG_INF) ? 0.0 : exp(ms - nm);

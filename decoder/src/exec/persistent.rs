@@ -111,6 +111,10 @@ pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER] {
 /// Dims of a head that one unit of the kernel's merge + o-projection phase takes (`OC`).
 pub const MERGE_DIMS: u32 = 16;
 
+/// Floats ahead of a partial's sums in the kernel's `partial` buffer: m, l and two unused, so that
+/// the sums are whole vec4s.
+pub const PARTIAL_LEAD: u64 = 4;
+
 /// Splits per (row, head) the kernel may write: one per block of `subgroup` positions.
 pub fn max_splits(s: &Shape, subgroup: u32) -> u32 {
     s.max_seq.div_ceil(subgroup.max(1)).max(1)
@@ -258,7 +262,7 @@ impl Lower<'_> {
         let partial = n
             * s.heads as u64
             * max_splits(&s, self.t.subgroup) as u64
-            * (s.head_dim as u64 + 2)
+            * (s.head_dim as u64 + PARTIAL_LEAD)
             * F32;
         let g = &self.kv.geo;
         let table: Range = r(

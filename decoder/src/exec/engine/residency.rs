@@ -18,8 +18,8 @@ use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    PTRS_PER_LAYER, clocks, fit_workgroup, layer_ptr_bufs, max_splits, phase_facts, push,
-    sync_bytes, unsupported,
+    PARTIAL_LEAD, PTRS_PER_LAYER, clocks, fit_workgroup, layer_ptr_bufs, max_splits, phase_facts,
+    push, sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -207,7 +207,7 @@ impl Engine {
         let s = &self.shape;
         rows * s.heads as u64
             * max_splits(s, self.tuning.subgroup) as u64
-            * (s.head_dim as u64 + 2)
+            * (s.head_dim as u64 + PARTIAL_LEAD)
             * 4
     }
 
