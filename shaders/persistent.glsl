@@ -898,7 +898,7 @@ void prefetch_gate_up(uint l) {
 }
 
 // W_down^T rows (intermediate channels) loaded at once per invocation.
-const uint DE = 16;
+const uint DE = 24;
 
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
 // R[cur] + D), kept in shared memory after the staged row; then R[nxt] += W_down[:, those rows]
