@@ -34,9 +34,12 @@
 // The matvec phases A and UD give each row to KS subgroups of one workgroup (KS > 1 when the
 // grid has more subgroups than twice the rows; their sums meet in shared memory) after the
 // workgroup has staged the step's input row, normalized, in shared memory; lanes stride the
-// columns in 16-byte loads of 8 halves. A matvec phase's first weight loads (of
-// its first two passes over the grid) are issued between the barrier's arrival and its wait, so
-// they travel while the grid meets.
+// columns in 16-byte loads of 8 halves. A matvec phase's first weight loads (PF per lane for each
+// of PF_SETS (pass, matrix) sets: QKV's first four passes over the grid, which on an H100 is all
+// of them, and the first two of gate/up's) are issued between the barrier's arrival and its wait,
+// so they travel while the grid meets. Prefetching more (gate/up's third pass too) made the
+// barrier before it slower by more than it saved: the loads queue ahead of the barrier's own
+// traffic (traces/bench/h100/persistent-prefetch/NOTES.md).
 //
 // Code size: every workgroup runs every phase's code once per layer, and on an H100 the size of
 // the code shows in every phase's time: one copy of part_dot per call instead of three (212 ->
@@ -897,7 +900,9 @@ void prefetch_gate_up(uint l) {
     prefetch_passes(w, pc.inter, pc.inter, 2u * pc.inter, pc.hidden, 1u, 2u);
 }
 
-// W_down^T rows (intermediate channels) loaded at once per invocation.
+// W_down^T rows (intermediate channels) loaded at once per invocation: on an H100 a workgroup's
+// 24 channels (3 passes of 8 subgroups) in one round trip. 16 took two; 32 made the kernel 12 KB
+// larger and every phase slower.
 const uint DE = 24;
 
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
