@@ -821,7 +821,6 @@ void load_wo(out uvec4 w[2 * OR], W8Ref wo, uint col8) {
     }
 }
 
-
 void phase_merge_o(uint l) {
     uint n = params.n_tokens;
     uint hd = pc.head_dim, chunks = hd / OC;
