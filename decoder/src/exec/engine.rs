@@ -480,6 +480,13 @@ impl Engine {
     fn create_buffers(&mut self, cfg: &ModelConfig) -> anyhow::Result<()> {
         let s = self.shape;
         let (b, h, f32b, f16b) = (self.kv.max_rows as u64, s.hidden as u64, 4u64, 2u64);
+        // Rows of x per token: the persistent kernel keeps its residual rows R0, R1 and the
+        // o-projection's sum there.
+        let x_rows = if self.persistent() {
+            crate::exec::persistent::RESIDUAL_ROWS as u64
+        } else {
+            1
+        };
         // Rows of a decode step: one per sequence.
         let seqs = self.opts.kv.batch.max(1) as u64;
         let geo = self.kv.geo;
@@ -510,11 +517,9 @@ impl Engine {
                 BufferDesc::upload((geo.seqs as u64 * geo.table_stride as u64 * 4).max(16)),
                 "kv_block_tables".into(),
             ),
-            // The persistent kernel keeps three rows per token here (its residual rows R0, R1
-            // and the o-projection's sum).
             (
                 Buf::X,
-                BufferDesc::device(if self.persistent() { 3 } else { 1 } * b * h * f32b),
+                BufferDesc::device(x_rows * b * h * f32b),
                 "x".into(),
             ),
             (Buf::H, BufferDesc::device(b * h * f32b), "h".into()),

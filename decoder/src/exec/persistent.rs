@@ -113,7 +113,20 @@ pub const MERGE_DIMS: u32 = 16;
 
 /// Floats ahead of a partial's sums in the kernel's `partial` buffer: m, l and two unused, so that
 /// the sums are whole vec4s.
-pub const PARTIAL_LEAD: u64 = 4;
+const PARTIAL_LEAD: u64 = 4;
+
+/// Rows per token of the kernel's `x` buffer: the residual rows R0 and R1 and the o-projection's
+/// sum D.
+pub const RESIDUAL_ROWS: u32 = 3;
+
+/// Bytes of the kernel's `partial` buffer for `rows` rows: (m, l, 2 unused, hd sums) per split of
+/// each (row, query head).
+pub fn partial_bytes(s: &Shape, subgroup: u32, rows: u64) -> u64 {
+    rows * s.heads as u64
+        * max_splits(s, subgroup) as u64
+        * (s.head_dim as u64 + PARTIAL_LEAD)
+        * F32
+}
 
 /// Splits per (row, head) the kernel may write: one per block of `subgroup` positions.
 pub fn max_splits(s: &Shape, subgroup: u32) -> u32 {
@@ -259,11 +272,7 @@ impl Lower<'_> {
         let s = *self.s;
         let n = self.n as u64;
         let ptr_bytes = 8 * (s.layers as u64 * PTRS_PER_LAYER as u64);
-        let partial = n
-            * s.heads as u64
-            * max_splits(&s, self.t.subgroup) as u64
-            * (s.head_dim as u64 + PARTIAL_LEAD)
-            * F32;
+        let partial = partial_bytes(&s, self.t.subgroup, n);
         let g = &self.kv.geo;
         let table: Range = r(
             Buf::KvTable,
@@ -288,7 +297,7 @@ impl Lower<'_> {
                 0,
                 s.max_seq as u64 * s.head_dim as u64 * F32,
             )),
-            rw(self.act(Buf::X, 3 * s.hidden)),
+            rw(self.act(Buf::X, RESIDUAL_ROWS * s.hidden)),
             rw(self.act(Buf::Qkv, s.qkv_rows())),
             write(r(Buf::PhaseClocks, 0, 8 * clocks(s.layers) as u64)),
             rw(r(Buf::Partial, 0, partial)),

@@ -18,8 +18,8 @@ use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    PARTIAL_LEAD, PTRS_PER_LAYER, clocks, fit_workgroup, layer_ptr_bufs, max_splits, phase_facts,
-    push, sync_bytes, unsupported,
+    PTRS_PER_LAYER, clocks, fit_workgroup, layer_ptr_bufs, partial_bytes, phase_facts, push,
+    sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -204,11 +204,7 @@ impl Engine {
         if !self.persistent() {
             return 0;
         }
-        let s = &self.shape;
-        rows * s.heads as u64
-            * max_splits(s, self.tuning.subgroup) as u64
-            * (s.head_dim as u64 + PARTIAL_LEAD)
-            * 4
+        partial_bytes(&self.shape, self.tuning.subgroup, rows)
     }
 
     /// Uploads the pointer table, zeroes the sync words and sizes the grid with the probe.
