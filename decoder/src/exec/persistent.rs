@@ -88,6 +88,30 @@ pub fn phase_facts(fused: &[super::program::Step], layers: u32) -> Vec<OpInfo> {
     out
 }
 
+/// Ticks from the first phase clock to each clock, from the kernel's 64-bit clock values; `None`
+/// when they do not advance. A driver may read the clock's two 32-bit words apart (lavapipe does):
+/// across a wrap of the low word the high word then lags or leads, and the values step back or
+/// jump by 2^32. So where the values are not in order, every phase is timed by its low words alone,
+/// wrapping (a phase is far shorter than 2^32 ticks); in order, the full values count (a phase may
+/// then be as long as it likes).
+pub fn clock_offsets(c: &[u64]) -> Option<Vec<u64>> {
+    let in_order = c.windows(2).all(|w| w[1] >= w[0]);
+    let mut at = 0u64;
+    let mut out = Vec::with_capacity(c.len());
+    for (k, &v) in c.iter().enumerate() {
+        if k > 0 {
+            let prev = c[k - 1];
+            at += if in_order {
+                v - prev
+            } else {
+                (v as u32).wrapping_sub(prev as u32) as u64
+            };
+        }
+        out.push(at);
+    }
+    (at > 0).then_some(out)
+}
+
 /// Per-layer entries of the kernel's pointer table (`ptrs`), in this order.
 pub const PTRS_PER_LAYER: usize = 11;
 
@@ -415,6 +439,36 @@ mod tests {
         // A shape that fits keeps the workgroup; one that never fits stops at one subgroup.
         assert_eq!(fit_workgroup(&shape(8, 2, 64), &t, 32768), 64);
         assert_eq!(fit_workgroup(&s, &t, 1024), t.subgroup);
+    }
+
+    #[test]
+    fn clock_offsets_survive_a_torn_read_of_the_clock() {
+        // In order: the full values, however long a phase.
+        let c = [10, 20, 20 + (5 << 32), (6 << 32) + 3];
+        assert_eq!(
+            clock_offsets(&c),
+            Some(vec![0, 10, 10 + (5 << 32), (6 << 32) - 7])
+        );
+        // The low word wraps between clocks 1 and 2, and clock 2's high word lags (lavapipe):
+        // the value steps back by about 2^32; the low words' wrapping differences are the truth.
+        let w = 0xffff_fff0u64;
+        let c = [
+            (7 << 32) + w - 100,
+            (7 << 32) + w,
+            (7 << 32) + 0x20,
+            (8 << 32) + 0x40,
+        ];
+        assert_eq!(clock_offsets(&c), Some(vec![0, 100, 148, 180]));
+        // The high word leads instead: a jump forward by 2^32, then a step back.
+        let c = [
+            (7 << 32) + w - 100,
+            (8 << 32) + w,
+            (8 << 32) + 0x20,
+            (8 << 32) + 0x40,
+        ];
+        assert_eq!(clock_offsets(&c), Some(vec![0, 100, 148, 180]));
+        // Clocks that do not advance time nothing.
+        assert_eq!(clock_offsets(&[5, 5, 5]), None);
     }
 
     #[test]

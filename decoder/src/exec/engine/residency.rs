@@ -18,8 +18,8 @@ use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    PTRS_PER_LAYER, clocks, fit_workgroup, layer_ptr_bufs, partial_bytes, phase_facts, push,
-    sync_bytes, unsupported,
+    PTRS_PER_LAYER, clock_offsets, clocks, fit_workgroup, layer_ptr_bufs, partial_bytes,
+    phase_facts, push, sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -157,8 +157,8 @@ impl Engine {
     }
 
     /// Replaces the token dispatch's span by one span per phase of the kernel: the phase
-    /// clocks, scaled onto the dispatch's timestamps (the device clock's unit is not the
-    /// timestamps'). Clocks that do not increase keep the dispatch's span.
+    /// clocks (`clock_offsets`), scaled onto the dispatch's timestamps (the device clock's unit
+    /// is not the timestamps'). Clocks that do not advance keep the dispatch's span.
     pub(super) fn phase_spans(
         &mut self,
         phase_ops: &[u32],
@@ -177,10 +177,10 @@ impl Engine {
             .chunks_exact(2)
             .map(|w| w[0] as u64 | (w[1] as u64) << 32)
             .collect();
-        let total = c[n - 1].wrapping_sub(c[0]);
-        if phase_ops.len() + 1 != n || total == 0 || c.windows(2).any(|w| w[1] < w[0]) {
+        let Some(c) = clock_offsets(&c).filter(|_| phase_ops.len() + 1 == n) else {
             return Ok(spans);
-        }
+        };
+        let total = c[n - 1];
         let mut out = Vec::with_capacity(spans.len() + phase_ops.len());
         for s in spans {
             if s.op() != token_op {
@@ -188,8 +188,7 @@ impl Engine {
                 continue;
             }
             let at = |k: usize| {
-                s.start_ns()
-                    + ((c[k] - c[0]) as f64 / total as f64 * s.dur_ns() as f64).round() as u64
+                s.start_ns() + (c[k] as f64 / total as f64 * s.dur_ns() as f64).round() as u64
             };
             for (k, &op) in phase_ops.iter().enumerate() {
                 let (a, b) = (at(k), at(k + 1));
