@@ -449,24 +449,14 @@ mod tests {
             clock_offsets(&c),
             Some(vec![0, 10, 10 + (5 << 32), (6 << 32) - 7])
         );
-        // The low word wraps between clocks 1 and 2, and clock 2's high word lags (lavapipe):
-        // the value steps back by about 2^32; the low words' wrapping differences are the truth.
-        let w = 0xffff_fff0u64;
-        let c = [
-            (7 << 32) + w - 100,
-            (7 << 32) + w,
-            (7 << 32) + 0x20,
-            (8 << 32) + 0x40,
-        ];
-        assert_eq!(clock_offsets(&c), Some(vec![0, 100, 148, 180]));
-        // The high word leads instead: a jump forward by 2^32, then a step back.
-        let c = [
-            (7 << 32) + w - 100,
-            (8 << 32) + w,
-            (8 << 32) + 0x20,
-            (8 << 32) + 0x40,
-        ];
-        assert_eq!(clock_offsets(&c), Some(vec![0, 100, 148, 180]));
+        // The low word wraps between clocks 1 and 2 and a high word lags (lavapipe: the value
+        // steps back by about 2^32) or leads (it jumps by 2^32, then steps back). The low words'
+        // wrapping differences are the truth either way.
+        let lows = [0xffff_fff0u64 - 100, 0xffff_fff0, 0x20, 0x40];
+        for highs in [[7u64, 7, 7, 8], [7, 8, 8, 8]] {
+            let c: Vec<u64> = highs.iter().zip(lows).map(|(h, l)| (h << 32) + l).collect();
+            assert_eq!(clock_offsets(&c), Some(vec![0, 100, 148, 180]), "{highs:?}");
+        }
         // Clocks that do not advance time nothing.
         assert_eq!(clock_offsets(&[5, 5, 5]), None);
     }
