@@ -627,7 +627,7 @@ void load_k(out uvec4 kc[KC], uvec2 kp, uint seq, uint kvh, uint p0, uint lo, ui
     uint p = p0 + gl_SubgroupInvocationID;
     bool cached = p >= lo && p < p_end && p != pos;
     uint row = cached ? ((kv_slot(seq, p) * pc.kv_heads + kvh) * KC) : 0u;
-    [[unroll]] for (uint c = 0; c < KC; c++) kc[c] = cached ? KRowRef(kp).c16[row + c] : uvec4(0u);
+    [[unroll]] for (uint c = 0; c < KC; c++) kc[c] = KRowRef(kp).c16[row + c];
 }
 
 // C: split-K attention, one subgroup per (row, KV head, split). Lane j holds position j of the
@@ -773,12 +773,19 @@ void phase_attention(uint l) {
                 }
             }
             [[unroll]] for (uint j = 0; j < SG; j++) {
-                uint p = p0 + j;
                 vec4 vv[VPL];
-                [[unroll]] for (uint k = 0; k < VPL; k++) vv[k] = p == pos ? vnew[k] : kv_value(vr[j * VPL + k]);
+                [[unroll]] for (uint k = 0; k < VPL; k++) vv[k] = kv_value(vr[j * VPL + k]);
                 [[unroll]] for (uint g = 0; g < GQ; g++) {
                     float w = xs[pb + g * PJ4 + j / 4u][j % 4u];
                     [[unroll]] for (uint k = 0; k < VPL; k++) acc[g * VPL + k] += w * vv[k];
+                }
+            }
+            // The step's own position (its V loaded as zeros above), from registers.
+            if (mine && p0 <= pos && pos < p0 + SG) {
+                uint j = pos - p0;
+                [[unroll]] for (uint g = 0; g < GQ; g++) {
+                    float w = xs[pb + g * PJ4 + j / 4u][j % 4u];
+                    [[unroll]] for (uint k = 0; k < VPL; k++) acc[g * VPL + k] += w * vnew[k];
                 }
             }
         }
