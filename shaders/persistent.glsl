@@ -146,6 +146,8 @@ layout(set = 0, binding = 5) readonly buffer Embed { uvec4 embed8[]; };
 layout(set = 0, binding = 6) readonly buffer Head { uvec4 head8[]; };
 layout(set = 0, binding = 7) readonly buffer FinalNorm { vec4 final_norm4[]; };
 layout(set = 0, binding = 8) readonly buffer Rope { float rope[]; };
+// The same as vec4s: (cos, sin) of two consecutive pairs each.
+layout(set = 0, binding = 8) readonly buffer Rope4 { vec4 rope4[]; };
 // The residual stream: two rows R0, R1 (layer l reads R[l % 2] and builds R[(l + 1) % 2]) and the
 // o-projection's sum D, each [n, hidden].
 layout(set = 0, binding = 9) coherent buffer X { float x[]; };
@@ -562,15 +564,12 @@ HeadRaw head_raw(uint src, uint v) {
     return r;
 }
 
-// The sum of squares of the lane's own elements (each of the head's elements is one lane's own).
+// The sum of squares of the lane's own elements (each of the head's elements is one lane's own;
+// elements 4 v .. 4 v + 3 are all in the first half or all in the second, hd / 2 being a multiple
+// of 4).
 float head_ss(HeadRaw r, uint v) {
-    uint half_dim = pc.head_dim / 2;
-    float ss = 0.0;
-    [[unroll]] for (uint c = 0; c < 4u; c++) {
-        float own = (4u * v + c < half_dim) ? r.a[c] : r.b[c];
-        ss += own * own;
-    }
-    return ss;
+    vec4 own = 4u * v < pc.head_dim / 2 ? r.a : r.b;
+    return dot(own, own);
 }
 
 // The RMS scale of a head from its lanes' sums of squares (1 without QK norm).
@@ -586,38 +585,33 @@ struct RopeW {
     vec4 co, si, qa, qb, ka, kb;
 };
 
+// Whole vec4 loads: i (below) and hd / 2 are multiples of 4, so each quantity of the four
+// elements is one vec4, or two for the interleaved (cos, sin) pairs.
 RopeW rope_w(uint v, uint pos, uvec2 qn, uvec2 kn) {
     uint half_dim = pc.head_dim / 2;
+    uint i = 4u * v < half_dim ? 4u * v : 4u * v - half_dim;
+    uint t4 = (pos * half_dim + i) / 2u;
+    vec4 r0 = rope4[t4], r1 = rope4[t4 + 1u];
     RopeW r;
-    [[unroll]] for (uint c = 0; c < 4u; c++) {
-        uint e = 4u * v + c;
-        uint i = e < half_dim ? e : e - half_dim;
-        uint ti = (pos * half_dim + i) * 2;
-        r.co[c] = rope[ti];
-        r.si[c] = rope[ti + 1];
-        r.qa[c] = 1.0;
-        r.qb[c] = 1.0;
-        r.ka[c] = 1.0;
-        r.kb[c] = 1.0;
-        if (QK_NORM == 1u) {
-            r.qa[c] = F32Ref(qn).v4[i / 4][i % 4];
-            r.qb[c] = F32Ref(qn).v4[(i + half_dim) / 4][(i + half_dim) % 4];
-            r.ka[c] = F32Ref(kn).v4[i / 4][i % 4];
-            r.kb[c] = F32Ref(kn).v4[(i + half_dim) / 4][(i + half_dim) % 4];
-        }
+    r.co = vec4(r0.x, r0.z, r1.x, r1.z);
+    r.si = vec4(r0.y, r0.w, r1.y, r1.w);
+    r.qa = vec4(1.0);
+    r.qb = vec4(1.0);
+    r.ka = vec4(1.0);
+    r.kb = vec4(1.0);
+    if (QK_NORM == 1u) {
+        r.qa = F32Ref(qn).v4[i / 4u];
+        r.qb = F32Ref(qn).v4[(i + half_dim) / 4u];
+        r.ka = F32Ref(kn).v4[i / 4u];
+        r.kb = F32Ref(kn).v4[(i + half_dim) / 4u];
     }
     return r;
 }
 
 // Elements 4 v .. 4 v + 3 of a head after RMSNorm (scale, weights na / nb: Qwen3) and RoPE.
 vec4 roped4(HeadRaw r, uint v, float scale, vec4 na, vec4 nb, RopeW w) {
-    uint half_dim = pc.head_dim / 2;
-    vec4 o;
-    [[unroll]] for (uint c = 0; c < 4u; c++) {
-        bool low = 4u * v + c < half_dim;
-        float a = r.a[c] * scale * na[c], b = r.b[c] * scale * nb[c];
-        o[c] = low ? a * w.co[c] - b * w.si[c] : b * w.co[c] + a * w.si[c];
-    }
+    vec4 a = r.a * scale * na, b = r.b * scale * nb;
+    vec4 o = 4u * v < pc.head_dim / 2 ? a * w.co - b * w.si : b * w.co + a * w.si;
     return o;
 }
 
