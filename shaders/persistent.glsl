@@ -903,6 +903,8 @@ void prefetch_gate_up(uint l) {
 // W_down^T rows (intermediate channels) loaded at once per invocation: on an H100 a workgroup's
 // 24 channels (3 passes of 8 subgroups) in one round trip. 16 took two; 32 made the kernel 12 KB
 // larger and every phase slower.
+// (decoder/src/exec/persistent.rs: DOWN_CHANNELS, for the zeros the staging holds after the
+// activations.)
 const uint DE = 24;
 
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
@@ -937,23 +939,26 @@ void phase_mlp(uint l) {
             uint a = pc.hidden + j * per_wg + (gl_SubgroupID >> findLSB(ks));
             if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
         }
+        // The DE slots after the last channel read as zeros (see the loads below).
+        if (tid < DE) xs[(pc.hidden + e_n + tid) / 4u][(pc.hidden + e_n + tid) % 4u] = 0.0;
         barrier();
         for (uint i4 = tid; i4 < h4; i4 += WG) {
             vec4 acc = vec4(0.0);
             for (uint e0 = 0; e0 < e_n; e0 += DE) {
+                // No guards: a channel past the last row reads the last row and one past e_n
+                // any row, and their activations are zeros (rows past the last were staged as
+                // zeros, and the DE slots after e_n were cleared), so they add nothing.
                 uvec2 dw[DE];
                 [[unroll]] for (uint q = 0; q < DE; q++) {
                     uint e = e0 + q;
                     // pass_row(e % per_wg, per_wg, e / per_wg), per_wg being a power of two.
-                    uint c = pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift);
-                    dw[q] = (e < e_n && c < rows) ? wd.u2[c * h4 + i4] : uvec2(0u);
+                    uint c = min(pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift), rows - 1u);
+                    dw[q] = wd.u2[c * h4 + i4];
                 }
                 // The activations of channels e0 .. e0 + DE - 1: whole vec4s of xs (hidden and
                 // DE are multiples of 4), so every component index is a constant.
                 uint a4 = (pc.hidden + e0) / 4u;
-                [[unroll]] for (uint q = 0; q < DE; q++) {
-                    if (e0 + q < e_n) acc += xs[a4 + q / 4u][q % 4u] * half4(dw[q].x, dw[q].y);
-                }
+                [[unroll]] for (uint q = 0; q < DE; q++) acc += xs[a4 + q / 4u][q % 4u] * half4(dw[q].x, dw[q].y);
             }
             // Over the staged row, which nothing reads any more: the atomics go out from
             // consecutive invocations to consecutive words (a vec4 per invocation would take

@@ -168,19 +168,28 @@ pub fn k_row_chunks(s: &Shape, elem_bytes: u32) -> u32 {
     (s.head_dim * elem_bytes / 16).max(1)
 }
 
+/// Intermediate channels the down-projection reads at once (the shader's DE): the staging holds
+/// that many zeros after a workgroup's last activation, so the loads need no guards.
+const DOWN_CHANNELS: u32 = 24;
+
 /// vec4s of the kernel's shared staging: a staged input row with the MLP's activations of one
-/// workgroup after it (at most every channel, on a grid of one), the merge's per-subgroup sums,
+/// workgroup after it (at most every channel, on a grid of one, then DOWN_CHANNELS zeros), the
+/// merge's per-subgroup sums,
 /// and the attention's per-subgroup query heads with a block's softmax weights.
 pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
     let sg = t.subgroup.max(1);
     let nsg = (t.persistent_wg / sg).max(1);
     let gq = (s.heads / s.kv_heads.max(1)).max(1);
     let attention = nsg * gq * (s.head_dim + 4 * sg.div_ceil(4));
-    [s.hidden + s.intermediate + nsg, nsg * MERGE_DIMS, attention]
-        .into_iter()
-        .max()
-        .unwrap_or(4)
-        .div_ceil(4)
+    [
+        s.hidden + s.intermediate + nsg + DOWN_CHANNELS,
+        nsg * MERGE_DIMS,
+        attention,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(4)
+    .div_ceil(4)
 }
 
 /// Bytes of shared memory the kernel declares (staging, two reduction arrays, a flag).
