@@ -624,6 +624,16 @@ void load_k(out uvec4 kc[KC], uvec2 kp, uint seq, uint kvh, uint p0, uint lo, ui
     [[unroll]] for (uint c = 0; c < KC; c++) kc[c] = KRowRef(kp).c16[row + c];
 }
 
+// Bit j set where position p0 + j of a block (p0 a multiple of SG, lo - p0 < SG) is read from
+// the cache: in [lo, p_end), not the step's own `pos`. For SG <= 32.
+uint cached_mask(uint p0, uint lo, uint p_end, uint pos) {
+    uint a = lo > p0 ? lo - p0 : 0u;
+    uint b = min(p_end - p0, SG);
+    uint m = (b >= 32u ? 0xffffffffu : (1u << b) - 1u) & ~((1u << a) - 1u);
+    if (pos >= p0 && pos < p0 + SG) m &= ~(1u << (pos - p0));
+    return m;
+}
+
 // C: split-K attention, one subgroup per (row, KV head, split). Lane j holds position j of the
 // current block's scores; lanes hold vec4 v = lane + k SG (k < VPL) of every head vector.
 void phase_attention(uint l) {
@@ -756,11 +766,17 @@ void phase_attention(uint l) {
             [[unroll]] for (uint g = 0; g < GQ; g++) xs[pb + g * PJ4 + lane / 4u][lane % 4u] = pj[g];
             subgroupMemoryBarrierShared();
             subgroupBarrier();
+            // Which positions load, as one mask, and in the contiguous layout their rows as one
+            // base and a stride (a block never leaves its sequence's region there): a few
+            // instructions less for each of the SG positions.
+            uint vm = SG <= 32u ? cached_mask(p0, lo, p_end, pos) : 0u;
+            uint vrow = pc.kv_heads * hd4;
+            uint vb0 = KV_LAYOUT == 0u ? ((seq * KV_UNIT + p0) * pc.kv_heads + kvh) * hd4 : 0u;
             KvRaw vr[SG * VPL];
             [[unroll]] for (uint j = 0; j < SG; j++) {
                 uint p = p0 + j;
-                bool cached = p >= lo && p < p_end && p != pos;
-                uint base4 = cached ? ((kv_slot(seq, p) * pc.kv_heads + kvh) * hd) / 4 : 0u;
+                bool cached = SG <= 32u ? ((vm >> j) & 1u) != 0u : (p >= lo && p < p_end && p != pos);
+                uint base4 = KV_LAYOUT == 0u ? vb0 + j * vrow : (cached ? (kv_slot(seq, p) * pc.kv_heads + kvh) * hd4 : 0u);
                 [[unroll]] for (uint k = 0; k < VPL; k++) {
                     uint v = lane + k * SG;
                     vr[j * VPL + k] = kv_raw(vp, base4 + v, cached && v < hd4);
