@@ -46,7 +46,10 @@
 // 165 KB) took a token from 1.55 to 1.25 ms, the untouched attention included, and a
 // double-buffered lm_head (+30 KB, outside the layer loop) slowed the layers. So each phase's
 // code is there once per call, and unrolling is kept to the loads it puts in flight
-// (traces/bench/h100/persistent-code-size/NOTES.md).
+// (traces/bench/h100/persistent-code-size/NOTES.md). Straight-line code that runs once per layer
+// costs its fetch: about 9.5 us per token for each KB on an H100, measured with padding
+// arithmetic (traces/bench/h100/persistent-code-fetch/NOTES.md). So the unrolled loops carry no
+// per-element guards or selects that can be moved out of them or made unnecessary.
 //
 // Forward progress: a barrier waits for every workgroup of the grid, so all G must be resident
 // at once. Vulkan does not promise that; the host establishes it with a probe (this kernel with
