@@ -97,6 +97,7 @@
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_shader_atomic_float : require
 #ifdef PHASE_CLOCKS
 #extension GL_EXT_shader_realtime_clock : require
@@ -489,17 +490,26 @@ float embed_at(uint i) {
     return unpackHalf2x16(u)[c % 2];
 }
 
+// Before the first layer: R0 = the step's embedding rows, each invocation writing the elements
+// phase A's residual loop gives it (it reads them back itself, so no barrier is needed). Out of
+// the layer loop, so the division by hidden is not part of every layer's code.
+void embed_rows() {
+    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < params.n_tokens * pc.hidden; i += gl_NumWorkGroups.x * WG) {
+        x[res_at(0u) + i] = embed_at(i);
+    }
+}
+
 // A: qkv[t] = W_qkv . norm(R[l % 2][t]) (layer 0: the embedding row). The grid also sets up the
-// residual rows of the layer, an element per invocation: R[(l + 1) % 2] = R[l % 2] (both the
-// embedding rows at layer 0) and D = 0; phases MO and UD add to them with atomics.
+// residual rows of the layer, an element per invocation: R[(l + 1) % 2] = R[l % 2] (at layer 0
+// the embedding rows, which embed_rows() wrote) and D = 0; phases MO and UD add to them with
+// atomics.
 void phase_qkv(uint l) {
     uint n = params.n_tokens;
     uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
     uint cur = l % 2u, nxt = 1u - cur;
     W8Ref w = W8Ref(layer_ptr(l, 1));
     for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < n * pc.hidden; i += gl_NumWorkGroups.x * WG) {
-        float v = l == 0u ? embed_at(i) : x[res_at(cur) + i];
-        if (l == 0u) x[res_at(cur) + i] = v;
+        float v = x[res_at(cur) + i];
         x[res_at(nxt) + i] = v;
         x[res_at(2u) + i] = 0.0;
     }
@@ -876,12 +886,41 @@ void phase_merge_o(uint l) {
         float top = subgroupMax(mx);
         float e = (mx == NEG_INF) ? 0.0 : exp(mx - top);
         float lt = subgroupAdd(lsum * e);
-        vec4 at[OC / 4];
-        [[unroll]] for (uint q = 0; q < OC / 4; q++) at[q] = subgroupAdd(acc[q] * e);
+        // The OC sums over the subgroup as a reduce-scatter: each exchange halves the values a
+        // lane holds (the lanes with bit `off` keep the upper half), then plain exchanges while
+        // lanes are left. On 32 lanes that is 16 shuffles instead of 16 subgroup sums of 5 each
+        // (less code: traces/bench/h100/persistent-code-fetch/NOTES.md).
+        float f[OC];
+        [[unroll]] for (uint q = 0; q < OC; q++) f[q] = acc[q / 4u][q % 4u] * e;
+        uint cnt = OC, first = 0u;
+        [[unroll]] for (uint off = SG / 2u; off >= 1u; off >>= 1u) {
+            if (cnt > 1u) {
+                uint h = cnt / 2u;
+                bool up = (lane & off) != 0u;
+                [[unroll]] for (uint d = 0; d < OC / 2u; d++) {
+                    if (d < h) {
+                        float keep = up ? f[d + h] : f[d];
+                        float send = up ? f[d] : f[d + h];
+                        f[d] = keep + subgroupShuffleXor(send, off);
+                    }
+                }
+                if (up) first += h;
+                cnt = h;
+            } else {
+                f[0] += subgroupShuffleXor(f[0], off);
+            }
+        }
+        // Lane holds the totals of dims first .. first + cnt - 1; with more lanes than dims,
+        // SG / OC lanes hold each, and the lowest writes.
+        if (SG <= OC || (lane & (SG / OC - 1u)) == 0u) {
+            [[unroll]] for (uint d = 0; d < OC; d++) {
+                uint i = sg * OC + first + d;
+                if (d < cnt) xs[i / 4u][i % 4u] = f[d];
+            }
+        }
         if (subgroupElect()) {
             red_f[sg] = lt;
             red_u[sg] = floatBitsToUint(top);
-            [[unroll]] for (uint q = 0; q < OC / 4; q++) xs[sg * (OC / 4) + q] = at[q];
         }
         barrier();
         // The subgroups' sums meet at the largest of their maxima (every invocation needs them).
@@ -1110,6 +1149,7 @@ void main() {
     // The status word reads 2 ("did not finish") until the last workgroup has written the tokens.
     if (gl_WorkGroupID.x == 0u && gl_LocalInvocationIndex == 0u) result[2 * params.n_tokens] = 2u;
     phase_clock(0u);
+    embed_rows();
     prefetch_qkv(0u);
     for (uint l = 0; l < pc.layers; l++) {
         phase_qkv(l);

@@ -220,7 +220,7 @@ pub fn unsupported(
     s: &Shape,
     t: &Tuning,
     grid_sync: bool,
-    subgroup_arithmetic: bool,
+    subgroup_shuffle: bool,
     float_atomics: bool,
     shared_limit: u32,
 ) -> Option<String> {
@@ -231,10 +231,10 @@ pub fn unsupported(
                 .into(),
         );
     }
-    if !subgroup_arithmetic {
+    if !subgroup_shuffle {
         return Some(
-            "--kernels persistent needs subgroup arithmetic in compute shaders, which this device lacks; use \
-             --kernels fused"
+            "--kernels persistent needs subgroup arithmetic and shuffles in compute shaders, which this device \
+             lacks; use --kernels fused"
                 .into(),
         );
     }

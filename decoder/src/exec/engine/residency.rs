@@ -48,7 +48,8 @@ impl Engine {
             &self.shape,
             &self.tuning,
             info.grid_sync,
-            info.subgroup_arithmetic,
+            // Shuffles imply arithmetic (DeviceInfo::subgroup_shuffle).
+            info.subgroup_shuffle,
             info.float_atomic_add,
             info.max_compute_shared_memory,
         ) {
