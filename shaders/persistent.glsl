@@ -91,8 +91,8 @@
 // NSG) / 4 for a staged row and the MLP's activations, NSG * OC / 4 for the merge and NSG * GQ *
 // (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of a head per lane: ceil(hd / 4 / SG)), 10 KC
 // (16-byte chunks of a K row).
-// Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), and float
-// atomic adds on buffers (VK_EXT_shader_atomic_float).
+// Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
+// adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_KHR_shader_subgroup_basic : require
