@@ -88,9 +88,9 @@
 // hd + 4], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n + 1].
 // Spec: 0 WG, 1 SG (the subgroup size), 2 QK_NORM, 3 GQ (query heads per KV head), 4..7 the KV
 // layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: at least (hidden + intermediate +
-// NSG) / 4 for a staged row and the MLP's activations, NSG * OC / 4 for the merge and NSG * GQ *
-// (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of a head per lane: ceil(hd / 4 / SG)), 10 KC
-// (16-byte chunks of a K row).
+// NSG + DE) / 4 for a staged row, the MLP's activations and DE zeros, NSG * OC / 4 for the merge
+// and NSG * GQ * (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of a head per lane: ceil(hd / 4 /
+// SG)), 10 KC (16-byte chunks of a K row).
 // Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
 // adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
 #extension GL_EXT_buffer_reference : require
@@ -628,8 +628,9 @@ vec4 roped4(HeadRaw r, uint v, float scale, vec4 na, vec4 nb, RopeW w) {
     return o;
 }
 
-// Lane j's K row for the block at p0 (position p0 + j), whole: KC 16-byte chunks, zeros where
-// the position is not attended or is the step's own (`pos`, scored from registers).
+// Lane j's K row for the block at p0 (position p0 + j), whole: KC 16-byte chunks. Where the
+// position is not attended or is the step's own (`pos`, scored from registers) the lane reads
+// row 0 instead, and its score is masked or replaced.
 void load_k(out uvec4 kc[KC], uvec2 kp, uint seq, uint kvh, uint p0, uint lo, uint p_end, uint pos) {
     uint p = p0 + gl_SubgroupInvocationID;
     bool cached = p >= lo && p < p_end && p != pos;

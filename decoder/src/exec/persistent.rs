@@ -174,8 +174,8 @@ const DOWN_CHANNELS: u32 = 24;
 
 /// vec4s of the kernel's shared staging: a staged input row with the MLP's activations of one
 /// workgroup after it (at most every channel, on a grid of one, then DOWN_CHANNELS zeros), the
-/// merge's per-subgroup sums,
-/// and the attention's per-subgroup query heads with a block's softmax weights.
+/// merge's per-subgroup sums, and the attention's per-subgroup query heads with a block's softmax
+/// weights.
 pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
     let sg = t.subgroup.max(1);
     let nsg = (t.persistent_wg / sg).max(1);
