@@ -66,12 +66,16 @@
 // sets both back to 0 for the next step.
 //
 // Memory model: activations, partials, the sync words and the KV caches are `coherent` (their
-// loads and stores go to the device's coherent level, bypassing incoherent caches); a grid
-// barrier is memoryBarrier() + barrier() in every invocation, one invocation's atomic arrival and
-// its polls of the counter, then barrier() + memoryBarrier() again. (GLSL's classic coherent
-// model rather than `#pragma use_vulkan_memory_model`: Mesa 22.3's lavapipe, where CI runs, drops
+// loads and stores go to the device's coherent level, bypassing incoherent caches). A grid
+// barrier's arrival is memoryBarrier() + barrier() in every invocation (release), then one
+// invocation's atomic add; its wait is that invocation's polls of the counter as device-scope
+// acquire loads, then a workgroup control barrier with buffer and shared semantics, which orders
+// the other invocations' loads after the acquire. (An acquire fence in every invocation instead
+// also waited for the loads a phase issues while the grid meets: 21 us per token more on an
+// H100, traces/bench/h100/persistent-fixed-costs/NOTES.md.) GLSL's classic coherent model
+// rather than `#pragma use_vulkan_memory_model`: Mesa 22.3's lavapipe, where CI runs, drops
 // stores after workgroup barriers in this kernel when it is compiled under the Vulkan memory
-// model.) Weights are read-only during the dispatch.
+// model. Weights are read-only during the dispatch.
 //
 // Phase clocks (PHASE_CLOCKS): workgroup 0's first invocation writes the device clock when the
 // step starts and as it leaves each barrier (clk[k] after barrier k); the workgroup that reduces
@@ -99,6 +103,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_shader_atomic_float : require
+#extension GL_KHR_memory_scope_semantics : require
 #ifdef PHASE_CLOCKS
 #extension GL_EXT_shader_realtime_clock : require
 #endif
@@ -216,13 +221,14 @@ void grid_arrive() {
 }
 
 // Waits until every workgroup has arrived. Returns false when the step failed (the caller
-// leaves).
+// leaves). The polls are acquire loads, and the control barrier passes the acquire on to the
+// workgroup: no fence, which would wait for the loads issued since the arrival.
 bool grid_wait() {
     if (gl_LocalInvocationIndex == 0) {
         uint target = barriers * gl_NumWorkGroups.x;
         bool ok = true;
         uint spins = 0u;
-        while (sy.arrive < target) {
+        while (atomicLoad(sy.arrive, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire) < target) {
             spins++;
             if (spins > pc.spin_limit) {
                 fail_step();
@@ -236,8 +242,7 @@ bool grid_wait() {
         }
         flag_sh = !ok;
     }
-    barrier();
-    memoryBarrier();
+    controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, gl_StorageSemanticsBuffer | gl_StorageSemanticsShared, gl_SemanticsAcquireRelease);
     bool ok = !flag_sh;
     phase_clock(barriers);
     return ok;
