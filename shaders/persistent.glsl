@@ -154,8 +154,7 @@ layout(set = 0, binding = 4) coherent volatile buffer Sync { uint arrive; uint d
 layout(set = 0, binding = 5) readonly buffer Embed { uvec4 embed8[]; };
 layout(set = 0, binding = 6) readonly buffer Head { uvec4 head8[]; };
 layout(set = 0, binding = 7) readonly buffer FinalNorm { vec4 final_norm4[]; };
-layout(set = 0, binding = 8) readonly buffer Rope { float rope[]; };
-// The same as vec4s: (cos, sin) of two consecutive pairs each.
+// RoPE's (cos, sin) pairs as vec4s: two consecutive pairs each.
 layout(set = 0, binding = 8) readonly buffer Rope4 { vec4 rope4[]; };
 // The residual stream: two rows R0, R1 (layer l reads R[l % 2] and builds R[(l + 1) % 2]) and the
 // o-projection's sum D, each [n, hidden].
