@@ -1,7 +1,7 @@
 // The persistent token kernel (`--kernels persistent`), included by persistent.comp and by
 // persistent_clocked.comp (PHASE_CLOCKS defined). One dispatch runs a whole decode step (one
-// token per sequence, `params.n_tokens` rows) through every layer. Its G workgroups (the grid,
-// sized by the host's residency probe) meet at device-scope barriers between phases:
+// token per sequence, ROWS rows) through every layer. Its GRID workgroups (G below, the grid as
+// the host's residency probe sized it) meet at device-scope barriers between phases:
 //
 //   per layer l:  A  QKV matvec, RMSNorm folded (layer 0 reads the embedding rows directly);
 //                    the layer's residual rows are set up (below)
@@ -94,7 +94,10 @@
 // layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: at least (hidden + intermediate +
 // NSG + DE) / 4 for a staged row, the MLP's activations and DE zeros, NSG * OC / 4 for the merge
 // and NSG * GQ * (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of a head per lane: ceil(hd / 4 /
-// SG)), 10 KC (16-byte chunks of a K row).
+// SG)), 10 KC (16-byte chunks of a K row), and from 11 on the model's shapes and the static tuning
+// of the step (below): with them constant, the compiler folds the address arithmetic, divisions,
+// loop bounds and guards that depend on them. On an H100 that took the binary from 147840 to
+// 109952 B and a token from 976 to 909 us at 512 (traces/bench/h100/persistent-specialized/NOTES.md).
 // Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
 // adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
 #extension GL_EXT_buffer_reference : require
@@ -119,6 +122,21 @@ layout(constant_id = 3) const uint GQ = 1;
 layout(constant_id = 8) const uint XS = 256;
 layout(constant_id = 9) const uint VPL = 1;
 layout(constant_id = 10) const uint KC = 16;
+// The model's shapes (the embedding's rows are VOCAB), the grid (GRID workgroups, as the residency
+// probe sized it), the partial buffer's splits per (row, head), the splits per (row, KV head) to aim
+// for (0: nsub() over the units) and the step's rows (one per sequence).
+layout(constant_id = 11) const uint HIDDEN = 1024;
+layout(constant_id = 12) const uint HEADS = 16;
+layout(constant_id = 13) const uint KV_HEADS = 8;
+layout(constant_id = 14) const uint HEAD_DIM = 128;
+layout(constant_id = 15) const uint INTER = 3072;
+layout(constant_id = 16) const uint VOCAB = 1000;
+layout(constant_id = 17) const uint LAYERS = 1;
+layout(constant_id = 18) const float EPS = 1e-6;
+layout(constant_id = 19) const uint GRID = 1;
+layout(constant_id = 20) const uint MAX_SPLITS = 1;
+layout(constant_id = 21) const uint SPLIT_WANT = 0;
+layout(constant_id = 22) const uint ROWS = 1;
 
 const uint NSG = WG / SG;
 #define NEG_INF uintBitsToFloat(0xff800000u)
@@ -171,25 +189,22 @@ layout(set = 0, binding = 12) coherent buffer Partial4 { vec4 partial4v[]; };
 layout(set = 0, binding = 13) writeonly buffer Logits { float logits[]; };
 layout(set = 0, binding = 14) writeonly buffer Out { uint result[]; };
 
+// The only values that differ between dispatches of one pipeline: the probe and the steps share
+// it (its grid is a specialization constant, so the probe's pipeline is the steps').
 layout(push_constant) uniform Push {
-    uint layers;
-    uint hidden;
-    uint heads;
-    uint kv_heads;
-    uint head_dim;
-    uint inter;
-    uint vocab;
-    float eps;
-    uint max_splits;  // splits per (row, head) the partial buffer holds
     uint spin_limit;  // spins before a barrier wait is declared lost
     uint probe;       // 1: only the residency probe's barriers
-    uint split_want;  // splits per (row, KV head) to aim for; 0: nsub() over the units
 } pc;
 
 shared vec4 xs[XS];
 shared float red_f[WG];
 shared uint red_u[WG];
 shared bool flag_sh;
+// The step's parameters, read once when the step starts rather than after a barrier in each
+// attention and merge phase, where their load was one more round trip on the phase's chain (6 us
+// per token at 512 on an H100): the cache length, and each row's (pos, seq, lo, -).
+shared uvec4 rows_sh[ROWS];
+uint kv_len = 0u;
 
 // Barriers this invocation has passed in this step.
 uint barriers = 0u;
@@ -200,7 +215,7 @@ uvec4 pf[PF_SETS * PF];
 
 void fail_step() {
     atomicExchange(sy.fail, 1u);
-    result[2 * params.n_tokens] = 1u;
+    result[2 * ROWS] = 1u;
 }
 
 void phase_clock(uint k) {
@@ -224,7 +239,7 @@ void grid_arrive() {
 // workgroup: no fence, which would wait for the loads issued since the arrival.
 bool grid_wait() {
     if (gl_LocalInvocationIndex == 0) {
-        uint target = barriers * gl_NumWorkGroups.x;
+        uint target = barriers * GRID;
         bool ok = true;
         uint spins = 0u;
         while (atomicLoad(sy.arrive, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire) < target) {
@@ -259,7 +274,7 @@ bool last_to_finish() {
     memoryBarrier();
     barrier();
     if (gl_LocalInvocationIndex == 0) {
-        bool last = atomicAdd(sy.done, 1u) == gl_NumWorkGroups.x - 1u;
+        bool last = atomicAdd(sy.done, 1u) == GRID - 1u;
         if (last) {
             atomicExchange(sy.arrive, 0u);
             atomicExchange(sy.done, 0u);
@@ -300,7 +315,7 @@ float wg_sum(float v) {
 }
 
 // The residual stream's rows in x: R0, R1, then D (see binding 9).
-uint res_at(uint k) { return k * params.n_tokens * pc.hidden; }
+uint res_at(uint k) { return k * ROWS * HIDDEN; }
 
 // Elements o .. o + 3 of x (o a multiple of 4): one load.
 vec4 x4(uint o) { return x4v[o / 4u]; }
@@ -312,7 +327,7 @@ const uint SRC_X = 0, SRC_EMBED = 1, SRC_XD = 2;
 // (the RMS scale is returned). `k` picks the residual row R[k]. Ends with a barrier.
 float stage(uint src, uint t, uint k, uvec2 norm) {
     uint tid = gl_LocalInvocationIndex;
-    uint cols = pc.hidden, n4 = cols / 4;
+    uint cols = HIDDEN, n4 = cols / 4;
     float ss = 0.0;
     for (uint i = tid; i < n4; i += WG) {
         vec4 v;
@@ -327,12 +342,12 @@ float stage(uint src, uint t, uint k, uvec2 norm) {
         ss += dot(v, v);
         xs[i] = v * F32Ref(norm).v4[i];
     }
-    float scale = inversesqrt(wg_sum(ss) / float(cols) + pc.eps);
+    float scale = inversesqrt(wg_sum(ss) / float(cols) + EPS);
     barrier();
     return scale;
 }
 
-uint nsub() { return gl_NumWorkGroups.x * NSG; }
+uint nsub() { return GRID * NSG; }
 
 // ---- matvec rows ----
 //
@@ -350,7 +365,7 @@ uint split_ks(uint rows) {
 
 // Row of row slot `slot` of this workgroup in pass j, with per_wg slots per workgroup.
 uint pass_row(uint slot, uint per_wg, uint j) {
-    return gl_WorkGroupID.x * per_wg + slot + j * gl_NumWorkGroups.x * per_wg;
+    return gl_WorkGroupID.x * per_wg + slot + j * GRID * per_wg;
 }
 
 // Row of this subgroup in pass j.
@@ -359,7 +374,7 @@ uint mv_row(uint ks, uint j) {
 }
 
 uint mv_passes(uint rows, uint ks) {
-    uint per_pass = gl_NumWorkGroups.x * (NSG >> findLSB(ks));
+    uint per_pass = GRID * (NSG >> findLSB(ks));
     return (rows + per_pass - 1u) / per_pass;
 }
 
@@ -485,17 +500,17 @@ bool writes_row(uint ks) { return (gl_SubgroupID & (ks - 1u)) == 0u && subgroupE
 
 // ---- phases ----
 
-uint qkv_rows() { return pc.heads * pc.head_dim + 2u * pc.kv_heads * pc.head_dim; }
+uint qkv_rows() { return HEADS * HEAD_DIM + 2u * KV_HEADS * HEAD_DIM; }
 
 void prefetch_qkv(uint l) {
     uint rows = qkv_rows();
-    prefetch_passes(W8Ref(layer_ptr(l, 1)), rows, 0u, rows, pc.hidden, 0u, 1u);
+    prefetch_passes(W8Ref(layer_ptr(l, 1)), rows, 0u, rows, HIDDEN, 0u, 1u);
 }
 
 // Element i of the step's embedding rows ([n, hidden]).
 float embed_at(uint i) {
-    uint t = i / pc.hidden, c = i % pc.hidden;
-    uvec4 e = embed8[(ids[t] * pc.hidden + c) / 8];
+    uint t = i / HIDDEN, c = i % HIDDEN;
+    uvec4 e = embed8[(ids[t] * HIDDEN + c) / 8];
     uint u = e[(c % 8) / 2];
     return unpackHalf2x16(u)[c % 2];
 }
@@ -504,7 +519,7 @@ float embed_at(uint i) {
 // phase A's residual loop gives it (it reads them back itself, so no barrier is needed). Out of
 // the layer loop, so the division by hidden is not part of every layer's code.
 void embed_rows() {
-    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < params.n_tokens * pc.hidden; i += gl_NumWorkGroups.x * WG) {
+    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < ROWS * HIDDEN; i += GRID * WG) {
         x[res_at(0u) + i] = embed_at(i);
     }
 }
@@ -514,11 +529,11 @@ void embed_rows() {
 // the embedding rows, which embed_rows() wrote) and D = 0; phases MO and UD add to them with
 // atomics.
 void phase_qkv(uint l) {
-    uint n = params.n_tokens;
+    uint n = ROWS;
     uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
     uint cur = l % 2u, nxt = 1u - cur;
     W8Ref w = W8Ref(layer_ptr(l, 1));
-    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < n * pc.hidden; i += gl_NumWorkGroups.x * WG) {
+    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < n * HIDDEN; i += GRID * WG) {
         float v = x[res_at(cur) + i];
         x[res_at(nxt) + i] = v;
         x[res_at(2u) + i] = 0.0;
@@ -527,7 +542,7 @@ void phase_qkv(uint l) {
         float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, cur, layer_ptr(l, 0));
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
-            float s = r < rows ? pass_dot(w, r, pc.hidden, ks, t, j) : 0.0;
+            float s = r < rows ? pass_dot(w, r, HIDDEN, ks, t, j) : 0.0;
             s = row_total(s, ks) * scale;
             if (r < rows && writes_row(ks)) qkv[t * rows + r] = s;
         }
@@ -561,9 +576,9 @@ void kv_store(uvec2 p, uint i4, vec4 v) {
 
 // The split plan of a step: blocks of SG positions, `per` blocks per split, `splits` splits.
 void split_plan(out uint per, out uint splits) {
-    uint blocks = (params.kv_len + SG - 1u) / SG;
-    uint units = params.n_tokens * pc.kv_heads;
-    uint want = pc.split_want > 0u ? pc.split_want : max(1u, nsub() / max(1u, units));
+    uint blocks = (kv_len + SG - 1u) / SG;
+    uint units = ROWS * KV_HEADS;
+    uint want = SPLIT_WANT > 0u ? SPLIT_WANT : max(1u, nsub() / max(1u, units));
     per = max(1u, (blocks + want - 1u) / want);
     splits = (blocks + per - 1u) / per;
 }
@@ -579,7 +594,7 @@ struct HeadRaw {
 HeadRaw head_raw(uint src, uint v) {
     // Elements 4 v .. 4 v + 3 are consecutive, and so are their partners: two vec4 loads (src and
     // hd / 2 are multiples of 4).
-    uint half_dim = pc.head_dim / 2;
+    uint half_dim = HEAD_DIM / 2;
     uint i = 4u * v < half_dim ? 4u * v : 4u * v - half_dim;
     HeadRaw r;
     r.a = qkv4[(src + i) / 4u];
@@ -591,14 +606,14 @@ HeadRaw head_raw(uint src, uint v) {
 // elements 4 v .. 4 v + 3 are all in the first half or all in the second, hd / 2 being a multiple
 // of 4).
 float head_ss(HeadRaw r, uint v) {
-    vec4 own = 4u * v < pc.head_dim / 2 ? r.a : r.b;
+    vec4 own = 4u * v < HEAD_DIM / 2 ? r.a : r.b;
     return dot(own, own);
 }
 
 // The RMS scale of a head from its lanes' sums of squares (1 without QK norm).
 float head_scale(float ss) {
     if (QK_NORM == 0u) return 1.0;
-    return inversesqrt(subgroupAdd(ss) / float(pc.head_dim) + pc.eps);
+    return inversesqrt(subgroupAdd(ss) / float(HEAD_DIM) + EPS);
 }
 
 // What RoPE and the norm weights give elements 4 v .. 4 v + 3 of a head at `pos` (element i pairs
@@ -611,7 +626,7 @@ struct RopeW {
 // Whole vec4 loads: i (below) and hd / 2 are multiples of 4, so each quantity of the four
 // elements is one vec4, or two for the interleaved (cos, sin) pairs.
 RopeW rope_w(uint v, uint pos, uvec2 qn, uvec2 kn) {
-    uint half_dim = pc.head_dim / 2;
+    uint half_dim = HEAD_DIM / 2;
     uint i = 4u * v < half_dim ? 4u * v : 4u * v - half_dim;
     uint t4 = (pos * half_dim + i) / 2u;
     vec4 r0 = rope4[t4], r1 = rope4[t4 + 1u];
@@ -634,7 +649,7 @@ RopeW rope_w(uint v, uint pos, uvec2 qn, uvec2 kn) {
 // Elements 4 v .. 4 v + 3 of a head after RMSNorm (scale, weights na / nb: Qwen3) and RoPE.
 vec4 roped4(HeadRaw r, uint v, float scale, vec4 na, vec4 nb, RopeW w) {
     vec4 a = r.a * scale * na, b = r.b * scale * nb;
-    vec4 o = 4u * v < pc.head_dim / 2 ? a * w.co - b * w.si : b * w.co + a * w.si;
+    vec4 o = 4u * v < HEAD_DIM / 2 ? a * w.co - b * w.si : b * w.co + a * w.si;
     return o;
 }
 
@@ -644,7 +659,7 @@ vec4 roped4(HeadRaw r, uint v, float scale, vec4 na, vec4 nb, RopeW w) {
 void load_k(out uvec4 kc[KC], uvec2 kp, uint seq, uint kvh, uint p0, uint lo, uint p_end, uint pos) {
     uint p = p0 + gl_SubgroupInvocationID;
     bool cached = p >= lo && p < p_end && p != pos;
-    uint row = cached ? ((kv_slot(seq, p) * pc.kv_heads + kvh) * KC) : 0u;
+    uint row = cached ? ((kv_slot(seq, p) * KV_HEADS + kvh) * KC) : 0u;
     [[unroll]] for (uint c = 0; c < KC; c++) kc[c] = KRowRef(kp).c16[row + c];
 }
 
@@ -661,8 +676,8 @@ uint cached_mask(uint p0, uint lo, uint p_end, uint pos) {
 // C: split-K attention, one subgroup per (row, KV head, split). Lane j holds position j of the
 // current block's scores; lanes hold vec4 v = lane + k SG (k < VPL) of every head vector.
 void phase_attention(uint l) {
-    uint n = params.n_tokens;
-    uint hd = pc.head_dim, hd4 = hd / 4;
+    uint n = ROWS;
+    uint hd = HEAD_DIM, hd4 = hd / 4;
     uint qkv_n = qkv_rows();
     uint lane = gl_SubgroupInvocationID;
     uint per, splits;
@@ -671,19 +686,19 @@ void phase_attention(uint l) {
     uvec2 qn = layer_ptr(l, 2), kn = layer_ptr(l, 3);
     float qscale = inversesqrt(float(hd));
     // Units go round the workgroups first, so short contexts spread over the whole device.
-    for (uint u = gl_SubgroupID * gl_NumWorkGroups.x + gl_WorkGroupID.x; u < n * pc.kv_heads * splits; u += nsub()) {
-        uint t = u / (pc.kv_heads * splits);
-        uint rem = u % (pc.kv_heads * splits);
-        uint kvh = rem / splits, sp = rem % splits;
-        uint seq = rows[t].y, pos = rows[t].x, lo = rows[t].z;
+    for (uint u = gl_SubgroupID * GRID + gl_WorkGroupID.x; u < n * KV_HEADS * splits; u += nsub()) {
+        // One division by the run-time split count; the rest are by constants.
+        uint head = u / splits, sp = u - head * splits;
+        uint t = head / KV_HEADS, kvh = head % KV_HEADS;
+        uint seq = rows_sh[t].y, pos = rows_sh[t].x, lo = rows_sh[t].z;
         uint p_begin = sp * per * SG;
         uint p_end = min(p_begin + per * SG, pos + 1u);
         // The step's own k and v: the split that holds `pos` makes them and writes the caches.
         // Every load of the query heads (and of the step's k and v) is issued before the first
         // RMS scale is reduced: one round trip to the coherent level instead of two per head.
         bool mine = p_begin <= pos && pos < p_begin + per * SG;
-        uint ksrc = t * qkv_n + (pc.heads + kvh) * hd;
-        uint vsrc = t * qkv_n + (pc.heads + pc.kv_heads + kvh) * hd;
+        uint ksrc = t * qkv_n + (HEADS + kvh) * hd;
+        uint vsrc = t * qkv_n + (HEADS + KV_HEADS + kvh) * hd;
         HeadRaw qraw[GQ * VPL], kraw[VPL];
         vec4 knew[VPL], vnew[VPL];
         RopeW rw[VPL];
@@ -733,7 +748,7 @@ void phase_attention(uint l) {
                 if (v < hd4) ss += head_ss(kraw[k], v);
             }
             float scale = head_scale(ss);
-            uint base4 = ((kv_slot(seq, pos) * pc.kv_heads + kvh) * hd) / 4;
+            uint base4 = ((kv_slot(seq, pos) * KV_HEADS + kvh) * hd) / 4;
             [[unroll]] for (uint k = 0; k < VPL; k++) {
                 uint v = lane + k * SG;
                 if (v < hd4) {
@@ -794,13 +809,13 @@ void phase_attention(uint l) {
             // base and a stride (a block never leaves its sequence's region there): a few
             // instructions less for each of the SG positions.
             uint vm = SG <= 32u ? cached_mask(p0, lo, p_end, pos) : 0u;
-            uint vrow = pc.kv_heads * hd4;
-            uint vb0 = KV_LAYOUT == 0u ? ((seq * KV_UNIT + p0) * pc.kv_heads + kvh) * hd4 : 0u;
+            uint vrow = KV_HEADS * hd4;
+            uint vb0 = KV_LAYOUT == 0u ? ((seq * KV_UNIT + p0) * KV_HEADS + kvh) * hd4 : 0u;
             KvRaw vr[SG * VPL];
             [[unroll]] for (uint j = 0; j < SG; j++) {
                 uint p = p0 + j;
                 bool cached = SG <= 32u ? ((vm >> j) & 1u) != 0u : (p >= lo && p < p_end && p != pos);
-                uint base4 = KV_LAYOUT == 0u ? vb0 + j * vrow : (cached ? (kv_slot(seq, p) * pc.kv_heads + kvh) * hd4 : 0u);
+                uint base4 = KV_LAYOUT == 0u ? vb0 + j * vrow : (cached ? (kv_slot(seq, p) * KV_HEADS + kvh) * hd4 : 0u);
                 [[unroll]] for (uint k = 0; k < VPL; k++) {
                     uint v = lane + k * SG;
                     vr[j * VPL + k] = kv_raw(vp, base4 + v, cached && v < hd4);
@@ -825,7 +840,7 @@ void phase_attention(uint l) {
         }
         [[unroll]] for (uint g = 0; g < GQ; g++) {
             uint h = kvh * GQ + g;
-            uint base = ((t * pc.heads + h) * pc.max_splits + sp) * (hd + 4u);
+            uint base = ((t * HEADS + h) * MAX_SPLITS + sp) * (hd + 4u);
             if (lane == 0u) {
                 partial[base] = m[g];
                 partial[base + 1u] = lsum[g];
@@ -853,32 +868,32 @@ const uint OR = 4;
 // This invocation's W_o loads for rows tid + m WG of the columns from col8 (uvec4 index in a
 // row) on: 2 per row, the OC dims of a unit.
 void load_wo(out uvec4 w[2 * OR], W8Ref wo, uint col8) {
-    uint n8 = (pc.heads * pc.head_dim) / 8;
+    uint n8 = (HEADS * HEAD_DIM) / 8;
     [[unroll]] for (uint m = 0; m < OR; m++) {
         uint r = gl_LocalInvocationIndex + m * WG;
-        bool ok = r < pc.hidden;
+        bool ok = r < HIDDEN;
         w[2 * m] = ok ? wo.w8[r * n8 + col8] : uvec4(0u);
         w[2 * m + 1] = ok ? wo.w8[r * n8 + col8 + 1u] : uvec4(0u);
     }
 }
 
 void phase_merge_o(uint l) {
-    uint n = params.n_tokens;
-    uint hd = pc.head_dim, chunks = hd / OC;
+    uint n = ROWS;
+    uint hd = HEAD_DIM, chunks = hd / OC;
     uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
     uint per, splits;
     split_plan(per, splits);
     W8Ref wo = W8Ref(layer_ptr(l, 4));
     // Subgroups that have splits.
     uint used = min(NSG, (splits + SG - 1u) / SG);
-    for (uint u = gl_WorkGroupID.x; u < n * pc.heads * chunks; u += gl_NumWorkGroups.x) {
-        uint t = u / (pc.heads * chunks), hc = u % (pc.heads * chunks);
+    for (uint u = gl_WorkGroupID.x; u < n * HEADS * chunks; u += GRID) {
+        uint t = u / (HEADS * chunks), hc = u % (HEADS * chunks);
         uint h = hc / chunks, c0 = (hc % chunks) * OC;
         uint col8 = (h * hd + c0) / 8u;
         // The weights first: they do not depend on the step.
         uvec4 w[2 * OR];
         load_wo(w, wo, col8);
-        uint base = (t * pc.heads + h) * pc.max_splits * (hd + 4u);
+        uint base = (t * HEADS + h) * MAX_SPLITS * (hd + 4u);
         float mx = NEG_INF, lsum = 0.0;
         vec4 acc[OC / 4];
         [[unroll]] for (uint q = 0; q < OC / 4; q++) acc[q] = vec4(0.0);
@@ -948,15 +963,15 @@ void phase_merge_o(uint l) {
         }
         float inv = total > 0.0 ? 1.0 / total : 0.0;
         barrier();
-        uint d = res_at(2u) + t * pc.hidden;
+        uint d = res_at(2u) + t * HIDDEN;
         [[unroll]] for (uint m = 0; m < OR; m++) {
             uint r = tid + m * WG;
             float v = (dot8(w[2 * m], a[0], a[1]) + dot8(w[2 * m + 1], a[2], a[3])) * inv;
-            if (r < pc.hidden) atomicAdd(x[d + r], v);
+            if (r < HIDDEN) atomicAdd(x[d + r], v);
         }
         // Rows past OR WG (wide models), one at a time.
-        uint n8 = (pc.heads * hd) / 8u;
-        for (uint r = OR * WG + tid; r < pc.hidden; r += WG) {
+        uint n8 = (HEADS * hd) / 8u;
+        for (uint r = OR * WG + tid; r < HIDDEN; r += WG) {
             float v = (dot8(wo.w8[r * n8 + col8], a[0], a[1]) + dot8(wo.w8[r * n8 + col8 + 1u], a[2], a[3])) * inv;
             atomicAdd(x[d + r], v);
         }
@@ -965,8 +980,8 @@ void phase_merge_o(uint l) {
 
 void prefetch_gate_up(uint l) {
     W8Ref w = W8Ref(layer_ptr(l, 6));
-    prefetch_passes(w, pc.inter, 0u, pc.inter, pc.hidden, 0u, 2u);
-    prefetch_passes(w, pc.inter, pc.inter, 2u * pc.inter, pc.hidden, 1u, 2u);
+    prefetch_passes(w, INTER, 0u, INTER, HIDDEN, 0u, 2u);
+    prefetch_passes(w, INTER, INTER, 2u * INTER, HIDDEN, 1u, 2u);
 }
 
 // W_down^T rows (intermediate channels) loaded at once per invocation: on an H100 a workgroup's
@@ -981,14 +996,14 @@ const uint DE = 24;
 // . act with float atomics, read from W_down^T (a contiguous row per channel). The workgroup
 // first adds its slice of D to R[nxt], which then holds R[cur] + D + down(act).
 void phase_mlp(uint l) {
-    uint n = params.n_tokens;
-    uint rows = pc.inter, ks = split_ks(rows), passes = mv_passes(rows, ks);
+    uint n = ROWS;
+    uint rows = INTER, ks = split_ks(rows), passes = mv_passes(rows, ks);
     uint per_wg = NSG >> findLSB(ks), e_n = passes * per_wg, wg_shift = findLSB(per_wg);
     uint cur = l % 2u, nxt = 1u - cur;
-    uint tid = gl_LocalInvocationIndex, h4 = pc.hidden / 4u;
+    uint tid = gl_LocalInvocationIndex, h4 = HIDDEN / 4u;
     W8Ref w = W8Ref(layer_ptr(l, 6));
     W4Ref wd = W4Ref(layer_ptr(l, 10));
-    for (uint i = gl_WorkGroupID.x * WG + tid; i < n * pc.hidden; i += gl_NumWorkGroups.x * WG) {
+    for (uint i = gl_WorkGroupID.x * WG + tid; i < n * HIDDEN; i += GRID * WG) {
         atomicAdd(x[res_at(nxt) + i], x[res_at(2u) + i]);
     }
     for (uint t = 0; t < n; t++) {
@@ -1000,16 +1015,16 @@ void phase_mlp(uint l) {
                 uvec4 p0[PF], p1[PF];
                 pass_pf(j, 0u, 2u, p0);
                 pass_pf(j, 1u, 2u, p1);
-                gu = part_dot2(w, r, r + pc.inter, pc.hidden, ks, t == 0u && j < pf_passes(2u), p0, p1);
+                gu = part_dot2(w, r, r + INTER, HIDDEN, ks, t == 0u && j < pf_passes(2u), p0, p1);
             }
             float g = row_total(gu.x, ks) * scale;
             float u = row_total(gu.y, ks) * scale;
             // Channel e = j per_wg + slot of this workgroup, after the staged row.
-            uint a = pc.hidden + j * per_wg + (gl_SubgroupID >> findLSB(ks));
+            uint a = HIDDEN + j * per_wg + (gl_SubgroupID >> findLSB(ks));
             if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
         }
         // The DE slots after the last channel read as zeros (see the loads below).
-        if (tid < DE) xs[(pc.hidden + e_n + tid) / 4u][(pc.hidden + e_n + tid) % 4u] = 0.0;
+        if (tid < DE) xs[(HIDDEN + e_n + tid) / 4u][(HIDDEN + e_n + tid) % 4u] = 0.0;
         barrier();
         for (uint i4 = tid; i4 < h4; i4 += WG) {
             vec4 acc = vec4(0.0);
@@ -1026,7 +1041,7 @@ void phase_mlp(uint l) {
                 }
                 // The activations of channels e0 .. e0 + DE - 1: whole vec4s of xs (hidden and
                 // DE are multiples of 4), so every component index is a constant.
-                uint a4 = (pc.hidden + e0) / 4u;
+                uint a4 = (HIDDEN + e0) / 4u;
                 [[unroll]] for (uint q = 0; q < DE; q++) acc += xs[a4 + q / 4u][q % 4u] * half4(dw[q].x, dw[q].y);
             }
             // Over the staged row, which nothing reads any more: the atomics go out from
@@ -1035,8 +1050,8 @@ void phase_mlp(uint l) {
             xs[i4] = acc;
         }
         barrier();
-        uint o = res_at(nxt) + t * pc.hidden;
-        for (uint i = tid; i < pc.hidden; i += WG) atomicAdd(x[o + i], xs[i / 4u][i % 4u]);
+        uint o = res_at(nxt) + t * HIDDEN;
+        for (uint i = tid; i < HIDDEN; i += WG) atomicAdd(x[o + i], xs[i / 4u][i % 4u]);
         barrier();
     }
 }
@@ -1059,32 +1074,32 @@ void fold_best(uint from, uint step, inout float bv, inout uint bi) {
 
 // H: logits[t] = lm_head . norm(x[t]); each workgroup writes the best of its rows.
 void phase_head() {
-    uint n = params.n_tokens;
-    uint G = gl_NumWorkGroups.x;
+    uint n = ROWS;
+    uint G = GRID;
     const uint NONE = 0xffffffffu;
     for (uint t = 0; t < n; t++) {
         // The final norm's weights come through binding 7: stage them by hand.
         uint tid = gl_LocalInvocationIndex;
         float ss = 0.0;
-        for (uint i = tid; i < pc.hidden / 4; i += WG) {
-            vec4 v = x4(res_at(pc.layers % 2u) + t * pc.hidden + 4 * i);
+        for (uint i = tid; i < HIDDEN / 4; i += WG) {
+            vec4 v = x4(res_at(LAYERS % 2u) + t * HIDDEN + 4 * i);
             ss += dot(v, v);
             xs[i] = v * final_norm4[i];
         }
-        float scale = inversesqrt(wg_sum(ss) / float(pc.hidden) + pc.eps);
+        float scale = inversesqrt(wg_sum(ss) / float(HIDDEN) + EPS);
         barrier();
         float bv = NEG_INF;
         uint bi = NONE;
         // HR rows per subgroup at a time (r0 + k nsub), the first HC chunks per lane of each
         // loaded at once: HR x HC loads in flight per lane.
-        uint n8 = pc.hidden / 8, lane = gl_SubgroupInvocationID;
-        for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; r0 < pc.vocab; r0 += HR * nsub()) {
+        uint n8 = HIDDEN / 8, lane = gl_SubgroupInvocationID;
+        for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; r0 < VOCAB; r0 += HR * nsub()) {
             uvec4 w[HR * HC];
             [[unroll]] for (uint k = 0; k < HR; k++) {
                 uint r = r0 + k * nsub();
                 [[unroll]] for (uint c = 0; c < HC; c++) {
                     uint i = lane + c * SG;
-                    w[k * HC + c] = (r < pc.vocab && i < n8) ? head8[r * n8 + i] : uvec4(0u);
+                    w[k * HC + c] = (r < VOCAB && i < n8) ? head8[r * n8 + i] : uvec4(0u);
                 }
             }
             [[unroll]] for (uint k = 0; k < HR; k++) {
@@ -1095,12 +1110,12 @@ void phase_head() {
                     if (i < n8) acc += dot8(w[k * HC + c], xs[2 * i], xs[2 * i + 1]);
                 }
                 // Rows wider than HC chunks per lane: the rest, one load at a time.
-                if (r < pc.vocab) {
+                if (r < VOCAB) {
                     for (uint i = lane + HC * SG; i < n8; i += SG) acc += dot8(head8[r * n8 + i], xs[2 * i], xs[2 * i + 1]);
                 }
                 float s = subgroupAdd(acc) * scale;
-                if (r < pc.vocab) {
-                    if (subgroupElect()) logits[t * pc.vocab + r] = s;
+                if (r < VOCAB) {
+                    if (subgroupElect()) logits[t * VOCAB + r] = s;
                     if (better(s, r, bv, bi)) {
                         bv = s;
                         bi = r;
@@ -1122,8 +1137,8 @@ void phase_head() {
 
 // In the last workgroup to finish: reduces the groups' bests into the output.
 void phase_argmax() {
-    uint n = params.n_tokens;
-    uint G = gl_NumWorkGroups.x;
+    uint n = ROWS;
+    uint G = GRID;
     const uint NONE = 0xffffffffu;
     uint tid = gl_LocalInvocationIndex;
     for (uint t = 0; t < n; t++) {
@@ -1158,11 +1173,14 @@ void main() {
         return;
     }
     // The status word reads 2 ("did not finish") until the last workgroup has written the tokens.
-    if (gl_WorkGroupID.x == 0u && gl_LocalInvocationIndex == 0u) result[2 * params.n_tokens] = 2u;
+    if (gl_WorkGroupID.x == 0u && gl_LocalInvocationIndex == 0u) result[2 * ROWS] = 2u;
     phase_clock(0u);
+    kv_len = params.kv_len;
+    // Read after the first grid barrier, which orders these stores before them.
+    for (uint t = gl_LocalInvocationIndex; t < ROWS; t += WG) rows_sh[t] = rows[t];
     embed_rows();
     prefetch_qkv(0u);
-    for (uint l = 0; l < pc.layers; l++) {
+    for (uint l = 0; l < LAYERS; l++) {
         phase_qkv(l);
         if (!grid_sync()) return;
         phase_attention(l);
@@ -1173,7 +1191,7 @@ void main() {
         if (!grid_wait()) return;
         phase_mlp(l);
         grid_arrive();
-        if (l + 1u < pc.layers) prefetch_qkv(l + 1u);
+        if (l + 1u < LAYERS) prefetch_qkv(l + 1u);
         if (!grid_wait()) return;
     }
     phase_head();
@@ -1181,9 +1199,9 @@ void main() {
         phase_argmax();
         if (gl_LocalInvocationIndex == 0u) {
 #ifdef PHASE_CLOCKS
-            clk[BARRIERS_PER_LAYER * pc.layers + 1u] = clockRealtime2x32EXT();
+            clk[BARRIERS_PER_LAYER * LAYERS + 1u] = clockRealtime2x32EXT();
 #endif
-            result[2 * params.n_tokens] = 0u;
+            result[2 * ROWS] = 0u;
         }
     }
 }

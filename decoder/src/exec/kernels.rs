@@ -695,13 +695,8 @@ pub fn argmax_cpu(x: &[f32]) -> Option<(u32, f32)> {
 
 push_block! {
     /// `persistent.comp`: a whole decode step in one dispatch (see the shader's header for the
-    /// phases, bindings and specialization constants). `max_splits`: splits per (row, head) the
-    /// partial buffer holds; `spin_limit`: spins before a grid-barrier wait is declared lost;
-    /// `probe` = 1: only the residency probe's barriers; `split_want`: splits per (row, KV head)
-    /// the attention aims for (0: the grid's subgroups over the units). Groups: (the probed grid,
-    /// 1, 1).
-    PersistentPush {
-        layers: u32, hidden: u32, heads: u32, kv_heads: u32, head_dim: u32, inter: u32, vocab: u32,
-        eps: f32, max_splits: u32, spin_limit: u32, probe: u32, split_want: u32
-    } = 48
+    /// phases and bindings; the model's shapes, the grid and the step's rows are specialization
+    /// constants). `spin_limit`: spins before a grid-barrier wait is declared lost; `probe` = 1:
+    /// only the residency probe's barriers. Groups: (the probed grid, 1, 1).
+    PersistentPush { spin_limit: u32, probe: u32 } = 8
 }

@@ -192,18 +192,21 @@ pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
     .div_ceil(4)
 }
 
-/// Bytes of shared memory the kernel declares (staging, two reduction arrays, a flag).
-pub fn shared_bytes(s: &Shape, t: &Tuning) -> u64 {
-    staging_vec4s(s, t) as u64 * 16 + t.persistent_wg as u64 * 8 + 16
+/// Bytes of shared memory the kernel declares for steps of up to `rows` rows (staging, two
+/// reduction arrays, a flag, and each row's parameters).
+pub fn shared_bytes(s: &Shape, t: &Tuning, rows: u32) -> u64 {
+    staging_vec4s(s, t) as u64 * 16 + t.persistent_wg as u64 * 8 + 16 + 16 * rows.max(1) as u64
 }
 
-/// The workgroup size the kernel runs at: `t.persistent_wg`, halved (not below one subgroup)
-/// while its shared memory is more than `shared_limit` bytes. The attention keeps each
+/// The workgroup size the kernel runs at for steps of up to `rows` rows: `t.persistent_wg`,
+/// halved (not below one subgroup) while its shared memory is more than `shared_limit` bytes. The attention keeps each
 /// subgroup's query heads there, so models with many query heads per KV head need fewer
 /// subgroups per workgroup on devices with little shared memory (lavapipe: 32 KiB).
-pub fn fit_workgroup(s: &Shape, t: &Tuning, shared_limit: u32) -> u32 {
+pub fn fit_workgroup(s: &Shape, t: &Tuning, rows: u32, shared_limit: u32) -> u32 {
     let mut t = *t;
-    while shared_bytes(s, &t) > shared_limit as u64 && t.persistent_wg / 2 >= t.subgroup.max(1) {
+    while shared_bytes(s, &t, rows) > shared_limit as u64
+        && t.persistent_wg / 2 >= t.subgroup.max(1)
+    {
         t.persistent_wg /= 2;
     }
     t.persistent_wg
@@ -215,10 +218,12 @@ pub fn sync_bytes(groups: u32, rows: u32) -> u64 {
     16 + 8 * groups as u64 * rows as u64
 }
 
-/// Why the persistent kernel cannot run this model on this device, if it cannot.
+/// Why the persistent kernel cannot run this model on this device at steps of up to `rows` rows,
+/// if it cannot.
 pub fn unsupported(
     s: &Shape,
     t: &Tuning,
+    rows: u32,
     grid_sync: bool,
     subgroup_shuffle: bool,
     float_atomics: bool,
@@ -271,7 +276,7 @@ pub fn unsupported(
                 .into(),
         );
     }
-    let bytes = shared_bytes(s, t);
+    let bytes = shared_bytes(s, t, rows);
     if bytes > shared_limit as u64 {
         return Some(format!(
             "--kernels persistent would declare {bytes} bytes of shared memory for this model, more than the \
@@ -281,21 +286,11 @@ pub fn unsupported(
     None
 }
 
-/// The kernel's push constants.
-pub fn push(s: &Shape, t: &Tuning, spin_limit: u32, probe: bool) -> PersistentPush {
+/// The kernel's push constants: all that differs between the probe's dispatches and the steps'.
+pub fn push(spin_limit: u32, probe: bool) -> PersistentPush {
     PersistentPush {
-        layers: s.layers,
-        hidden: s.hidden,
-        heads: s.heads,
-        kv_heads: s.kv_heads,
-        head_dim: s.head_dim,
-        inter: s.intermediate,
-        vocab: s.vocab,
-        eps: s.eps,
-        max_splits: max_splits(s, t.subgroup),
         spin_limit,
         probe: probe as u32,
-        split_want: t.persistent_splits,
     }
 }
 
@@ -353,6 +348,20 @@ impl Lower<'_> {
         sp[8] = staging_vec4s(&s, t);
         sp[9] = vec4s_per_lane(&s, t.subgroup);
         sp[10] = k_row_chunks(&s, self.kv.geo.dtype.bytes() as u32);
+        sp[11..23].copy_from_slice(&[
+            s.hidden,
+            s.heads,
+            s.kv_heads,
+            s.head_dim,
+            s.intermediate,
+            s.vocab,
+            s.layers,
+            s.eps.to_bits(),
+            t.persistent_groups.max(1),
+            max_splits(&s, t.subgroup),
+            t.persistent_splits,
+            self.n,
+        ]);
         sp
     }
 
@@ -383,8 +392,9 @@ impl Lower<'_> {
         } else {
             Shader::Persistent
         };
-        // The spin limit is a push constant so the probe and the steps share one pipeline.
-        let push = push(self.s, self.t, spin_limit(self.t.subgroup), false).bytes();
+        // The spin limit is a push constant so the probe and the steps share one pipeline (the
+        // probe lowers this same step at the grid it tries).
+        let push = push(spin_limit(self.t.subgroup), false).bytes();
         self.dispatch(
             "token".into(),
             "token",
@@ -437,17 +447,19 @@ mod tests {
         assert_eq!((t.subgroup, t.persistent_wg), (8, 64));
         // GQA 8 at head_dim 128: 8 subgroups x 8 query heads x (128 + 8) floats is 34 KiB.
         let s = shape(16, 2, 128);
-        assert!(shared_bytes(&s, &t) > 32768);
-        let wg = fit_workgroup(&s, &t, 32768);
+        assert!(shared_bytes(&s, &t, 1) > 32768);
+        let wg = fit_workgroup(&s, &t, 1, 32768);
         assert!(wg < 64 && wg >= t.subgroup);
         let fitted = Tuning {
             persistent_wg: wg,
             ..t
         };
-        assert!(shared_bytes(&s, &fitted) <= 32768);
+        assert!(shared_bytes(&s, &fitted, 1) <= 32768);
         // A shape that fits keeps the workgroup; one that never fits stops at one subgroup.
-        assert_eq!(fit_workgroup(&shape(8, 2, 64), &t, 32768), 64);
-        assert_eq!(fit_workgroup(&s, &t, 1024), t.subgroup);
+        assert_eq!(fit_workgroup(&shape(8, 2, 64), &t, 1, 32768), 64);
+        assert_eq!(fit_workgroup(&s, &t, 1, 1024), t.subgroup);
+        // Each row's parameters take 16 bytes.
+        assert_eq!(shared_bytes(&s, &t, 4) - shared_bytes(&s, &t, 1), 48);
     }
 
     #[test]
@@ -474,11 +486,12 @@ mod tests {
     fn the_kernel_is_refused_without_float_atomics_or_with_odd_head_dims() {
         let t = Tuning::for_device(132, 32, 1 << 20, 1);
         let s = shape(16, 8, 128);
-        assert_eq!(unsupported(&s, &t, true, true, true, 1 << 16), None);
-        let why = unsupported(&s, &t, true, true, false, 1 << 16).unwrap_or_default();
+        assert_eq!(unsupported(&s, &t, 1, true, true, true, 1 << 16), None);
+        let why = unsupported(&s, &t, 1, true, true, false, 1 << 16).unwrap_or_default();
         assert!(why.contains("shaderBufferFloat32AtomicAdd"), "{why}");
         // A merge unit takes 16 of a head's dims: head_dim 24 is refused, with the figure.
-        let why = unsupported(&shape(16, 8, 24), &t, true, true, true, 1 << 16).unwrap_or_default();
+        let why =
+            unsupported(&shape(16, 8, 24), &t, 1, true, true, true, 1 << 16).unwrap_or_default();
         assert!(
             why.contains("multiple of 16") && why.contains("24"),
             "{why}"

@@ -42,11 +42,13 @@ impl Engine {
             return Ok(());
         }
         let limit = self.gpu().info().max_compute_shared_memory;
-        self.tuning.persistent_wg = fit_workgroup(&self.shape, &self.tuning, limit);
+        let rows = self.opts.kv.batch.max(1);
+        self.tuning.persistent_wg = fit_workgroup(&self.shape, &self.tuning, rows, limit);
         let info = self.gpu().info();
         if let Some(why) = unsupported(
             &self.shape,
             &self.tuning,
+            rows,
             info.grid_sync,
             // Shuffles imply arithmetic (DeviceInfo::subgroup_shuffle).
             info.subgroup_shuffle,
@@ -274,15 +276,19 @@ impl Engine {
     /// Runs the kernel's probe mode on `groups` workgroups: true when every barrier met.
     fn probe_grid(&mut self, groups: u32) -> anyhow::Result<bool> {
         self.zero_sync()?;
-        // The probe reads the step's row count from the params buffer: one row, so its failure
-        // flag lands at word 2 of the argmax output.
+        // The probe lowers the decode step itself (the batch's rows at this grid), so its pipeline
+        // is the one the steps will run, with the same registers and shared memory per workgroup.
+        // Its status word is word 2 x rows of the argmax output (after the rows' tokens and values).
+        let rows = self.opts.kv.batch.max(1);
         let header = crate::exec::kernels::TokenParams {
             pos0: 0,
-            n_tokens: 1,
+            n_tokens: rows,
             kv_len: 1,
-            n_seqs: 1,
+            n_seqs: rows,
         };
-        let params = crate::exec::kernels::params_bytes(&header, &[RowParams::default()]);
+        let params =
+            crate::exec::kernels::params_bytes(&header, &vec![RowParams::default(); rows as usize]);
+        let status_at = 8 * rows as u64;
         let mut tuning = self.tuning;
         tuning.persistent_groups = groups;
         let steps = crate::exec::program::lower(
@@ -290,7 +296,7 @@ impl Engine {
             &tuning,
             &self.kv,
             Kernels::Persistent,
-            1,
+            rows,
             StepKind::Decode,
             false,
         );
@@ -303,7 +309,7 @@ impl Engine {
         } else {
             PROBE_SPINS_GPU
         };
-        let push_bytes = push(&self.shape, &tuning, spins, true).bytes();
+        let push_bytes = push(spins, true).bytes();
         {
             let p = self
                 .bufs
@@ -314,7 +320,7 @@ impl Engine {
                 .bufs
                 .get_mut(&Buf::ArgmaxOut)
                 .ok_or_else(|| anyhow!("internal: argmax buffer missing"))?;
-            self.rec.write(out, 8, &0u32.to_le_bytes())?;
+            self.rec.write(out, status_at, &0u32.to_le_bytes())?;
         }
         let desc = self.pipeline_desc(&step);
         // Creates the pipeline too.
@@ -340,7 +346,7 @@ impl Engine {
         rec.end(cmd)?;
         rec.submit(&[cmd], Some(*fence))?;
         rec.wait(*fence)?;
-        Ok(self.read_u32s(Buf::ArgmaxOut, 8, 1)?[0] == 0)
+        Ok(self.read_u32s(Buf::ArgmaxOut, status_at, 1)?[0] == 0)
     }
 
     /// After a decode step of the persistent kernel over `rows` rows: an error when a grid
