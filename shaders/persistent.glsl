@@ -37,7 +37,8 @@
 // columns in 16-byte loads of 8 halves. A matvec phase's first weight loads (PF per lane for each
 // of PF_SETS (pass, matrix) sets: QKV's first four passes over the grid, which on an H100 is all
 // of them, and the first two of gate/up's) are issued between the barrier's arrival and its wait,
-// so they travel while the grid meets. Prefetching more (gate/up's third pass too) made the
+// so they travel while the grid meets; so do each invocation's first vec4 of the phase's norm
+// weights (prefetch_norm) and, before the merge, its first unit's W_o loads (prefetch_wo). Prefetching more (gate/up's third pass too) made the
 // barrier before it slower by more than it saved: the loads queue ahead of the barrier's own
 // traffic (traces/bench/h100/persistent-prefetch/NOTES.md).
 //
@@ -205,6 +206,9 @@ shared bool flag_sh;
 // per token at 512 on an H100): the cache length, and each row's (pos, seq, lo, -).
 shared uvec4 rows_sh[ROWS];
 uint kv_len = 0u;
+// This invocation's vec4 of the next matvec phase's norm weights (element i = the invocation's
+// index; none where hidden / 4 is smaller than that), loaded while the grid meets.
+vec4 norm_pf = vec4(0.0);
 
 // Barriers this invocation has passed in this step.
 uint barriers = 0u;
@@ -290,6 +294,14 @@ bool last_to_finish() {
 
 uvec2 layer_ptr(uint l, uint k) { return ptrs[l * 11u + k]; }
 
+// The next matvec phase's norm weights do not depend on the step: each invocation loads its first
+// vec4 of them between a barrier's arrival and its wait, and stage() takes it from norm_pf, so
+// their round trip (and their pointer's) leaves the phase's chain (25 us per token at 512 on an
+// H100: traces/bench/h100/persistent-specialized/NOTES.md).
+void prefetch_norm(uvec2 norm) {
+    if (gl_LocalInvocationIndex < HIDDEN / 4u) norm_pf = F32Ref(norm).v4[gl_LocalInvocationIndex];
+}
+
 // Two chains of fused multiply-adds (the even and the odd halves), then one add: fewer
 // instructions than four dot products and their sum (the binary 3.7 KB smaller on an H100;
 // traces/bench/h100/persistent-shared-staging/NOTES.md).
@@ -340,7 +352,7 @@ float stage(uint src, uint t, uint k, uvec2 norm) {
             if (src == SRC_XD) v += x4(res_at(2u) + o);
         }
         ss += dot(v, v);
-        xs[i] = v * F32Ref(norm).v4[i];
+        xs[i] = v * (i == tid ? norm_pf : F32Ref(norm).v4[i]);
     }
     float scale = inversesqrt(wg_sum(ss) / float(cols) + EPS);
     barrier();
@@ -877,6 +889,19 @@ void load_wo(out uvec4 w[2 * OR], W8Ref wo, uint col8) {
     }
 }
 
+// The first merge unit's W_o loads, into pf between the arrival after the attention and the
+// wait (free there: QKV's prefetch is used, gate/up's not yet issued). On an H100 the merge phase
+// went 186 -> 151 us per token at 512 and the attention 187 -> 216 (the loads meet its barrier's
+// traffic): 6 us per token less in all, 30 at 16K (persistent-specialized/NOTES.md).
+void prefetch_wo(uint l) {
+    uint chunks = HEAD_DIM / OC;
+    uint hc = gl_WorkGroupID.x % (HEADS * chunks);
+    uint col8 = ((hc / chunks) * HEAD_DIM + (hc % chunks) * OC) / 8u;
+    uvec4 w[2 * OR];
+    load_wo(w, W8Ref(layer_ptr(l, 4)), col8);
+    [[unroll]] for (uint k = 0; k < 2u * OR; k++) pf[k] = w[k];
+}
+
 void phase_merge_o(uint l) {
     uint n = ROWS;
     uint hd = HEAD_DIM, chunks = hd / OC;
@@ -892,7 +917,11 @@ void phase_merge_o(uint l) {
         uint col8 = (h * hd + c0) / 8u;
         // The weights first: they do not depend on the step.
         uvec4 w[2 * OR];
-        load_wo(w, wo, col8);
+        if (u == gl_WorkGroupID.x) {
+            [[unroll]] for (uint k = 0; k < 2u * OR; k++) w[k] = pf[k];
+        } else {
+            load_wo(w, wo, col8);
+        }
         uint base = (t * HEADS + h) * MAX_SPLITS * (hd + 4u);
         float mx = NEG_INF, lsum = 0.0;
         vec4 acc[OC / 4];
@@ -1084,7 +1113,7 @@ void phase_head() {
         for (uint i = tid; i < HIDDEN / 4; i += WG) {
             vec4 v = x4(res_at(LAYERS % 2u) + t * HIDDEN + 4 * i);
             ss += dot(v, v);
-            xs[i] = v * final_norm4[i];
+            xs[i] = v * (i == tid ? norm_pf : final_norm4[i]);
         }
         float scale = inversesqrt(wg_sum(ss) / float(HIDDEN) + EPS);
         barrier();
@@ -1180,18 +1209,27 @@ void main() {
     for (uint t = gl_LocalInvocationIndex; t < ROWS; t += WG) rows_sh[t] = rows[t];
     embed_rows();
     prefetch_qkv(0u);
+    prefetch_norm(layer_ptr(0u, 0u));
     for (uint l = 0; l < LAYERS; l++) {
         phase_qkv(l);
         if (!grid_sync()) return;
         phase_attention(l);
-        if (!grid_sync()) return;
+        grid_arrive();
+        prefetch_wo(l);
+        if (!grid_wait()) return;
         phase_merge_o(l);
         grid_arrive();
         prefetch_gate_up(l);
+        prefetch_norm(layer_ptr(l, 5));
         if (!grid_wait()) return;
         phase_mlp(l);
         grid_arrive();
-        if (l + 1u < LAYERS) prefetch_qkv(l + 1u);
+        if (l + 1u < LAYERS) {
+            prefetch_qkv(l + 1u);
+            prefetch_norm(layer_ptr(l + 1u, 0u));
+        } else if (gl_LocalInvocationIndex < HIDDEN / 4u) {
+            norm_pf = final_norm4[gl_LocalInvocationIndex];
+        }
         if (!grid_wait()) return;
     }
     phase_head();
