@@ -38,9 +38,10 @@
 // of PF_SETS (pass, matrix) sets: QKV's first four passes over the grid, which on an H100 is all
 // of them, and the first two of gate/up's) are issued between the barrier's arrival and its wait,
 // so they travel while the grid meets; so do each invocation's first vec4 of the phase's norm
-// weights (prefetch_norm) and, before the merge, its first unit's W_o loads (prefetch_wo). Prefetching more (gate/up's third pass too) made the
-// barrier before it slower by more than it saved: the loads queue ahead of the barrier's own
-// traffic (traces/bench/h100/persistent-prefetch/NOTES.md).
+// weights (prefetch_norm) and, before the merge, its first unit's W_o loads (prefetch_wo).
+// Prefetching more (gate/up's third pass too) made the barrier before it slower by more than it
+// saved: the loads queue ahead of the barrier's own traffic
+// (traces/bench/h100/persistent-prefetch/NOTES.md).
 //
 // Code size: every workgroup runs every phase's code once per layer, and on an H100 the size of
 // the code shows in every phase's time: one copy of part_dot per call instead of three (212 ->
@@ -98,7 +99,8 @@
 // SG)), 10 KC (16-byte chunks of a K row), and from 11 on the model's shapes and the static tuning
 // of the step (below): with them constant, the compiler folds the address arithmetic, divisions,
 // loop bounds and guards that depend on them. On an H100 that took the binary from 147840 to
-// 109952 B and a token from 976 to 909 us at 512 (traces/bench/h100/persistent-specialized/NOTES.md).
+// 109952 B and a token from 976 to 909 us at 512
+// (traces/bench/h100/persistent-specialized/NOTES.md).
 // Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
 // adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
 #extension GL_EXT_buffer_reference : require
@@ -123,9 +125,9 @@ layout(constant_id = 3) const uint GQ = 1;
 layout(constant_id = 8) const uint XS = 256;
 layout(constant_id = 9) const uint VPL = 1;
 layout(constant_id = 10) const uint KC = 16;
-// The model's shapes (the embedding's rows are VOCAB), the grid (GRID workgroups, as the residency
-// probe sized it), the partial buffer's splits per (row, head), the splits per (row, KV head) to aim
-// for (0: nsub() over the units) and the step's rows (one per sequence).
+// The model's shapes (the embedding's rows are VOCAB), the grid (GRID workgroups, as the
+// residency probe sized it), the partial buffer's splits per (row, head), the splits per (row,
+// KV head) to aim for (0: nsub() over the units) and the step's rows (one per sequence).
 layout(constant_id = 11) const uint HIDDEN = 1024;
 layout(constant_id = 12) const uint HEADS = 16;
 layout(constant_id = 13) const uint KV_HEADS = 8;
