@@ -891,16 +891,19 @@ void load_wo(out uvec4 w[2 * OR], W8Ref wo, uint col8) {
     }
 }
 
+// The first W_o column (uvec4 index in a row) of merge unit u: its head's OC dims from c0 on.
+uint wo_col8(uint u) {
+    uint chunks = HEAD_DIM / OC, hc = u % (HEADS * chunks);
+    return ((hc / chunks) * HEAD_DIM + (hc % chunks) * OC) / 8u;
+}
+
 // The first merge unit's W_o loads, into pf between the arrival after the attention and the
 // wait (free there: QKV's prefetch is used, gate/up's not yet issued). On an H100 the merge phase
 // went 186 -> 151 us per token at 512 and the attention 187 -> 216 (the loads meet its barrier's
 // traffic): 6 us per token less in all, 30 at 16K (persistent-specialized/NOTES.md).
 void prefetch_wo(uint l) {
-    uint chunks = HEAD_DIM / OC;
-    uint hc = gl_WorkGroupID.x % (HEADS * chunks);
-    uint col8 = ((hc / chunks) * HEAD_DIM + (hc % chunks) * OC) / 8u;
     uvec4 w[2 * OR];
-    load_wo(w, W8Ref(layer_ptr(l, 4)), col8);
+    load_wo(w, W8Ref(layer_ptr(l, 4)), wo_col8(gl_WorkGroupID.x));
     [[unroll]] for (uint k = 0; k < 2u * OR; k++) pf[k] = w[k];
 }
 
@@ -916,7 +919,7 @@ void phase_merge_o(uint l) {
     for (uint u = gl_WorkGroupID.x; u < n * HEADS * chunks; u += GRID) {
         uint t = u / (HEADS * chunks), hc = u % (HEADS * chunks);
         uint h = hc / chunks, c0 = (hc % chunks) * OC;
-        uint col8 = (h * hd + c0) / 8u;
+        uint col8 = wo_col8(u);
         // The weights first: they do not depend on the step.
         uvec4 w[2 * OR];
         if (u == gl_WorkGroupID.x) {

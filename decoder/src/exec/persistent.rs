@@ -199,9 +199,10 @@ pub fn shared_bytes(s: &Shape, t: &Tuning, rows: u32) -> u64 {
 }
 
 /// The workgroup size the kernel runs at for steps of up to `rows` rows: `t.persistent_wg`,
-/// halved (not below one subgroup) while its shared memory is more than `shared_limit` bytes. The attention keeps each
-/// subgroup's query heads there, so models with many query heads per KV head need fewer
-/// subgroups per workgroup on devices with little shared memory (lavapipe: 32 KiB).
+/// halved (not below one subgroup) while its shared memory is more than `shared_limit` bytes.
+/// The attention keeps each subgroup's query heads there, so models with many query heads per
+/// KV head need fewer subgroups per workgroup on devices with little shared memory (lavapipe:
+/// 32 KiB).
 pub fn fit_workgroup(s: &Shape, t: &Tuning, rows: u32, shared_limit: u32) -> u32 {
     let mut t = *t;
     while shared_bytes(s, &t, rows) > shared_limit as u64
