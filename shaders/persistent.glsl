@@ -5,6 +5,8 @@
 //
 //   per layer l:  A  QKV matvec, RMSNorm folded (layer 0 reads the embedding rows directly);
 //                    the layer's residual rows are set up (below)
+//                    while the grid meets after A, the first block of K and V rows of the first
+//                    unit of the first KV_STAGE subgroups goes into shared memory (stage_kv)
 //                 C  split-K attention: a subgroup per (row, KV head, split) of whole blocks of
 //                    SG positions, online softmax, partials (m, l, o) per query head. Each
 //                    subgroup applies q RMSNorm + RoPE to its query heads itself and keeps them
@@ -97,7 +99,7 @@
 // NSG + DE) / 4 for a staged row, the MLP's activations and DE zeros, NSG * OC / 4 for the merge
 // and NSG * GQ * (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of a head per lane: ceil(hd / 4 /
 // SG)), 10 KC (16-byte chunks of a K row), and from 11 on the model's shapes and the static tuning
-// of the step (below): with them constant, the compiler folds the address arithmetic, divisions,
+// of the step (below, 23 the K and V staging): with them constant, the compiler folds the address arithmetic, divisions,
 // loop bounds and guards that depend on them. On an H100 that took the binary from 147840 to
 // 109952 B and a token from 976 to 909 us at 512
 // (traces/bench/h100/persistent-specialized/NOTES.md).
@@ -140,6 +142,9 @@ layout(constant_id = 19) const uint GRID = 1;
 layout(constant_id = 20) const uint MAX_SPLITS = 1;
 layout(constant_id = 21) const uint SPLIT_WANT = 0;
 layout(constant_id = 22) const uint ROWS = 1;
+// Attention units per workgroup whose first block of K and V rows is staged in shared memory while
+// the grid meets after the QKV phase (see stage_kv): the first unit of subgroups 0 .. KV_STAGE - 1.
+layout(constant_id = 23) const uint KV_STAGE = 0;
 
 const uint NSG = WG / SG;
 #define NEG_INF uintBitsToFloat(0xff800000u)
@@ -295,7 +300,6 @@ bool last_to_finish() {
 // ---- helpers ----
 
 uvec2 layer_ptr(uint l, uint k) { return ptrs[l * 11u + k]; }
-
 // The next matvec phase's norm weights do not depend on the step: each invocation loads its first
 // vec4 of them between a barrier's arrival and its wait, and stage() takes it from norm_pf, so
 // their round trip (and their pointer's) leaves the phase's chain (25 us per token at 512 on an
@@ -687,6 +691,91 @@ uint cached_mask(uint p0, uint lo, uint p_end, uint pos) {
     return m;
 }
 
+// ---- K and V rows staged while the grid meets ----
+//
+// The cache's positions before the step's own were written by earlier steps, so a unit's K and V
+// rows do not depend on this step's data. For the first block of the first unit of subgroups 0 ..
+// KV_STAGE - 1, the workgroup loads them between the arrival after the QKV phase and the wait, into
+// kvs; the attention then scores and sums that block from shared memory, without the two round
+// trips to the cache on its chain. A slot holds SG K rows, each padded by one 16-byte chunk (lane j
+// reads row j: 8 lanes of a 16-byte read then cover the 32 banks), then SG V rows. Positions that
+// are not read from the cache (outside [lo, p_end) or the step's own) hold zeros. Subgroup 0 does
+// not stage where there are others: its first invocation polls the barrier, and its loads would
+// delay the polls.
+const uint KV_SLOT = SG * (2u * KC + 1u);
+shared uvec4 kvs[KV_STAGE * KV_SLOT + 1u];
+const uint KV_STAGERS = NSG > 1u ? WG - SG : WG;
+// uvec4s each staging invocation loads (all at once, then stores); 1 without staging, since an
+// array may not be empty.
+const uint KV_PER = KV_STAGE > 0u ? (KV_STAGE * 2u * SG * KC + KV_STAGERS - 1u) / KV_STAGERS : 1u;
+
+// The first block of subgroup s's first attention unit in this workgroup: its row t, KV head kvh,
+// first position p0 and end p_end; false where the subgroup has no unit or the block is empty.
+bool first_block(uint s, uint per, uint splits, out uint t, out uint kvh, out uint p0, out uint p_end) {
+    uint u = s * GRID + gl_WorkGroupID.x;
+    uint head = u / splits, sp = u - head * splits;
+    t = min(head / KV_HEADS, ROWS - 1u);
+    kvh = head % KV_HEADS;
+    uint pos = rows_sh[t].x, lo = rows_sh[t].z;
+    uint p_begin = sp * per * SG;
+    p_end = min(p_begin + per * SG, pos + 1u);
+    p0 = max(p_begin, lo - lo % SG);
+    return u < ROWS * KV_HEADS * splits && p0 < p_end;
+}
+
+// Element e of the staging: its slot, K (0) or V (1), row and chunk, and its index in kvs.
+void kv_stage_at(uint e, out uint slot, out uint which, out uint row, out uint c, out uint at) {
+    uint per_slot = 2u * SG * KC;
+    slot = e / per_slot;
+    uint rem = e - slot * per_slot;
+    which = rem / (SG * KC);
+    row = (rem / KC) % SG;
+    c = rem % KC;
+    at = slot * KV_SLOT + (which == 0u ? row * (KC + 1u) + c : SG * (KC + 1u) + row * KC + c);
+}
+
+// Called by every invocation between grid_arrive() and grid_wait() after the QKV phase.
+void stage_kv(uint l) {
+    uint tid = gl_LocalInvocationIndex;
+    if (tid < WG - KV_STAGERS) return;
+    uint i = tid - (WG - KV_STAGERS);
+    uint per, splits;
+    split_plan(per, splits);
+    uvec2 kp = layer_ptr(l, 8), vp = layer_ptr(l, 9);
+    uvec4 v[KV_PER];
+    [[unroll]] for (uint k = 0; k < KV_PER; k++) {
+        uint slot, which, row, c, at;
+        kv_stage_at(i + k * KV_STAGERS, slot, which, row, c, at);
+        uint t, kvh, p0, p_end;
+        bool ok = slot < KV_STAGE && first_block(slot, per, splits, t, kvh, p0, p_end);
+        uint p = p0 + row;
+        ok = ok && p >= rows_sh[t].z && p < p_end && p != rows_sh[t].x;
+        v[k] = uvec4(0u);
+        if (ok) v[k] = KRowRef(which == 0u ? kp : vp).c16[(kv_slot(rows_sh[t].y, p) * KV_HEADS + kvh) * KC + c];
+    }
+    [[unroll]] for (uint k = 0; k < KV_PER; k++) {
+        uint slot, which, row, c, at;
+        kv_stage_at(i + k * KV_STAGERS, slot, which, row, c, at);
+        if (slot < KV_STAGE) kvs[at] = v[k];
+    }
+}
+
+// One vec4 of a staged V row (base: the row's first uvec4 in kvs) as kv_raw loads it.
+KvRaw kv_staged(uint base, uint i4, bool load) {
+    KvRaw r;
+    r.h = uvec2(0u);
+    r.f = vec4(0.0);
+    if (load) {
+        if (KV_F16 == 1u) {
+            uvec4 q = kvs[base + i4 / 2u];
+            r.h = (i4 & 1u) == 0u ? q.xy : q.zw;
+        } else {
+            r.f = uintBitsToFloat(kvs[base + i4]);
+        }
+    }
+    return r;
+}
+
 // C: split-K attention, one subgroup per (row, KV head, split). Lane j holds position j of the
 // current block's scores; lanes hold vec4 v = lane + k SG (k < VPL) of every head vector.
 void phase_attention(uint l) {
@@ -777,9 +866,19 @@ void phase_attention(uint l) {
                 }
             }
         }
-        for (uint p0 = max(p_begin, lo - lo % SG); p0 < p_end; p0 += SG) {
+        // This subgroup's first unit has its first block staged (stage_kv) where it is one of
+        // the KV_STAGE first subgroups.
+        uint first_p0 = max(p_begin, lo - lo % SG);
+        bool staged_unit = gl_SubgroupID < KV_STAGE && u == gl_SubgroupID * GRID + gl_WorkGroupID.x;
+        for (uint p0 = first_p0; p0 < p_end; p0 += SG) {
+            bool staged = staged_unit && p0 == first_p0;
+            uint sb = gl_SubgroupID * KV_SLOT;
             uvec4 kc[KC];
-            load_k(kc, kp, seq, kvh, p0, lo, p_end, pos);
+            if (staged) {
+                [[unroll]] for (uint c = 0; c < KC; c++) kc[c] = kvs[sb + lane * (KC + 1u) + c];
+            } else {
+                load_k(kc, kp, seq, kvh, p0, lo, p_end, pos);
+            }
             bool ok = p0 + lane >= lo && p0 + lane < p_end;
             float mine_s[GQ];
             [[unroll]] for (uint g = 0; g < GQ; g++) {
@@ -826,13 +925,22 @@ void phase_attention(uint l) {
             uint vrow = KV_HEADS * hd4;
             uint vb0 = KV_LAYOUT == 0u ? ((seq * KV_UNIT + p0) * KV_HEADS + kvh) * hd4 : 0u;
             KvRaw vr[SG * VPL];
-            [[unroll]] for (uint j = 0; j < SG; j++) {
-                uint p = p0 + j;
-                bool cached = SG <= 32u ? ((vm >> j) & 1u) != 0u : (p >= lo && p < p_end && p != pos);
-                uint base4 = KV_LAYOUT == 0u ? vb0 + j * vrow : (cached ? (kv_slot(seq, p) * KV_HEADS + kvh) * hd4 : 0u);
-                [[unroll]] for (uint k = 0; k < VPL; k++) {
-                    uint v = lane + k * SG;
-                    vr[j * VPL + k] = kv_raw(vp, base4 + v, cached && v < hd4);
+            if (staged) {
+                [[unroll]] for (uint j = 0; j < SG; j++) {
+                    [[unroll]] for (uint k = 0; k < VPL; k++) {
+                        uint v = lane + k * SG;
+                        vr[j * VPL + k] = kv_staged(sb + SG * (KC + 1u) + j * KC, v, v < hd4);
+                    }
+                }
+            } else {
+                [[unroll]] for (uint j = 0; j < SG; j++) {
+                    uint p = p0 + j;
+                    bool cached = SG <= 32u ? ((vm >> j) & 1u) != 0u : (p >= lo && p < p_end && p != pos);
+                    uint base4 = KV_LAYOUT == 0u ? vb0 + j * vrow : (cached ? (kv_slot(seq, p) * KV_HEADS + kvh) * hd4 : 0u);
+                    [[unroll]] for (uint k = 0; k < VPL; k++) {
+                        uint v = lane + k * SG;
+                        vr[j * VPL + k] = kv_raw(vp, base4 + v, cached && v < hd4);
+                    }
                 }
             }
             [[unroll]] for (uint j = 0; j < SG; j++) {
@@ -1217,7 +1325,9 @@ void main() {
     prefetch_norm(layer_ptr(0u, 0u));
     for (uint l = 0; l < LAYERS; l++) {
         phase_qkv(l);
-        if (!grid_sync()) return;
+        grid_arrive();
+        if (KV_STAGE > 0u) stage_kv(l);
+        if (!grid_wait()) return;
         phase_attention(l);
         grid_arrive();
         prefetch_wo(l);

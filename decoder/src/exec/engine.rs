@@ -314,8 +314,13 @@ impl Engine {
         let Some((groups, wg)) = self.persistent_grid() else {
             return Vec::new();
         };
+        let stage = match self.tuning.persistent_kv_stage {
+            0 => "no K and V rows staged".to_string(),
+            1 => "the first unit's first block of K and V rows staged while the grid meets".into(),
+            n => format!("{n} units' first blocks of K and V rows staged while the grid meets"),
+        };
         let mut out = vec![format!(
-            "persistent kernel: a grid of {groups} workgroups of {wg} invocations (residency probe)"
+            "persistent kernel: a grid of {groups} workgroups of {wg} invocations (residency probe); {stage}"
         )];
         for (desc, p) in &self.pipelines {
             if !matches!(

@@ -192,10 +192,37 @@ pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
     .div_ceil(4)
 }
 
-/// Bytes of shared memory the kernel declares for steps of up to `rows` rows (staging, two
-/// reduction arrays, a flag, and each row's parameters).
-pub fn shared_bytes(s: &Shape, t: &Tuning, rows: u32) -> u64 {
-    staging_vec4s(s, t) as u64 * 16 + t.persistent_wg as u64 * 8 + 16 + 16 * rows.max(1) as u64
+/// Bytes of the kernel's K and V staging (`kvs`): per staged unit, a block of `subgroup` K rows
+/// padded by one 16-byte chunk each and as many V rows, with `kv_bytes` bytes per element; and
+/// one spare chunk.
+pub fn kv_stage_bytes(s: &Shape, t: &Tuning, kv_bytes: u32) -> u64 {
+    let kc = k_row_chunks(s, kv_bytes) as u64;
+    t.persistent_kv_stage as u64 * t.subgroup.max(1) as u64 * (2 * kc + 1) * 16 + 16
+}
+
+/// Bytes of shared memory the kernel declares for steps of up to `rows` rows with cache
+/// elements of `kv_bytes` bytes (staging, two reduction arrays, a flag, each row's parameters
+/// and the K and V staging).
+pub fn shared_bytes(s: &Shape, t: &Tuning, rows: u32, kv_bytes: u32) -> u64 {
+    staging_vec4s(s, t) as u64 * 16
+        + t.persistent_wg as u64 * 8
+        + 16
+        + 16 * rows.max(1) as u64
+        + kv_stage_bytes(s, t, kv_bytes)
+}
+
+/// The K and V staging's units (`t.persistent_kv_stage`, at most the workgroup's subgroups),
+/// lowered while the kernel's shared memory is more than `shared_limit` bytes: the staging is
+/// the first thing to give up, before the workgroup shrinks.
+pub fn fit_kv_stage(s: &Shape, t: &Tuning, rows: u32, kv_bytes: u32, shared_limit: u32) -> u32 {
+    let mut t = *t;
+    t.persistent_kv_stage = t
+        .persistent_kv_stage
+        .min(t.persistent_wg / t.subgroup.max(1));
+    while t.persistent_kv_stage > 0 && shared_bytes(s, &t, rows, kv_bytes) > shared_limit as u64 {
+        t.persistent_kv_stage -= 1;
+    }
+    t.persistent_kv_stage
 }
 
 /// The workgroup size the kernel runs at for steps of up to `rows` rows: `t.persistent_wg`,
@@ -203,9 +230,9 @@ pub fn shared_bytes(s: &Shape, t: &Tuning, rows: u32) -> u64 {
 /// The attention keeps each subgroup's query heads there, so models with many query heads per
 /// KV head need fewer subgroups per workgroup on devices with little shared memory (lavapipe:
 /// 32 KiB).
-pub fn fit_workgroup(s: &Shape, t: &Tuning, rows: u32, shared_limit: u32) -> u32 {
+pub fn fit_workgroup(s: &Shape, t: &Tuning, rows: u32, kv_bytes: u32, shared_limit: u32) -> u32 {
     let mut t = *t;
-    while shared_bytes(s, &t, rows) > shared_limit as u64
+    while shared_bytes(s, &t, rows, kv_bytes) > shared_limit as u64
         && t.persistent_wg / 2 >= t.subgroup.max(1)
     {
         t.persistent_wg /= 2;
@@ -219,17 +246,34 @@ pub fn sync_bytes(groups: u32, rows: u32) -> u64 {
     16 + 8 * groups as u64 * rows as u64
 }
 
-/// Why the persistent kernel cannot run this model on this device at steps of up to `rows` rows,
-/// if it cannot.
+/// What the persistent kernel needs of a device, as the device reports it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceCaps {
+    /// Buffer device addresses (the kernel's pointer table).
+    pub grid_sync: bool,
+    /// Subgroup arithmetic and shuffles in compute shaders.
+    pub subgroup_shuffle: bool,
+    /// Float atomic adds on buffers (VK_EXT_shader_atomic_float).
+    pub float_atomics: bool,
+    /// maxComputeSharedMemorySize, bytes.
+    pub shared_limit: u32,
+}
+
+/// Why the persistent kernel cannot run this model on this device at steps of up to `rows` rows
+/// with cache elements of `kv_bytes` bytes, if it cannot.
 pub fn unsupported(
     s: &Shape,
     t: &Tuning,
     rows: u32,
-    grid_sync: bool,
-    subgroup_shuffle: bool,
-    float_atomics: bool,
-    shared_limit: u32,
+    kv_bytes: u32,
+    caps: DeviceCaps,
 ) -> Option<String> {
+    let DeviceCaps {
+        grid_sync,
+        subgroup_shuffle,
+        float_atomics,
+        shared_limit,
+    } = caps;
     if !grid_sync {
         return Some(
             "--kernels persistent needs buffer device addresses (bufferDeviceAddress), which this device lacks; \
@@ -277,7 +321,7 @@ pub fn unsupported(
                 .into(),
         );
     }
-    let bytes = shared_bytes(s, t, rows);
+    let bytes = shared_bytes(s, t, rows, kv_bytes);
     if bytes > shared_limit as u64 {
         return Some(format!(
             "--kernels persistent would declare {bytes} bytes of shared memory for this model, more than the \
@@ -363,6 +407,7 @@ impl Lower<'_> {
             t.persistent_splits,
             self.n,
         ]);
+        sp[23] = t.persistent_kv_stage;
         sp
     }
 
@@ -448,19 +493,54 @@ mod tests {
         assert_eq!((t.subgroup, t.persistent_wg), (8, 64));
         // GQA 8 at head_dim 128: 8 subgroups x 8 query heads x (128 + 8) floats is 34 KiB.
         let s = shape(16, 2, 128);
-        assert!(shared_bytes(&s, &t, 1) > 32768);
-        let wg = fit_workgroup(&s, &t, 1, 32768);
+        assert!(shared_bytes(&s, &t, 1, 2) > 32768);
+        let wg = fit_workgroup(&s, &t, 1, 2, 32768);
         assert!(wg < 64 && wg >= t.subgroup);
         let fitted = Tuning {
             persistent_wg: wg,
             ..t
         };
-        assert!(shared_bytes(&s, &fitted, 1) <= 32768);
+        assert!(shared_bytes(&s, &fitted, 1, 2) <= 32768);
         // A shape that fits keeps the workgroup; one that never fits stops at one subgroup.
-        assert_eq!(fit_workgroup(&shape(8, 2, 64), &t, 1, 32768), 64);
-        assert_eq!(fit_workgroup(&s, &t, 1, 1024), t.subgroup);
+        assert_eq!(fit_workgroup(&shape(8, 2, 64), &t, 1, 2, 32768), 64);
+        assert_eq!(fit_workgroup(&s, &t, 1, 2, 1024), t.subgroup);
         // Each row's parameters take 16 bytes.
-        assert_eq!(shared_bytes(&s, &t, 4) - shared_bytes(&s, &t, 1), 48);
+        assert_eq!(shared_bytes(&s, &t, 4, 2) - shared_bytes(&s, &t, 1, 2), 48);
+    }
+
+    #[test]
+    fn the_kv_staging_gives_way_before_the_workgroup() {
+        let t = Tuning {
+            persistent_kv_stage: 3,
+            ..Tuning::for_device(1, 8, 4096, 2)
+        };
+        let s = shape(8, 2, 128);
+        // A slot: 8 K rows of 16 chunks padded by one, and 8 V rows of 16 chunks; f32 doubles
+        // the chunks.
+        let none = Tuning {
+            persistent_kv_stage: 0,
+            ..t
+        };
+        assert_eq!(
+            shared_bytes(&s, &t, 1, 2) - shared_bytes(&s, &none, 1, 2),
+            3 * 8 * 33 * 16
+        );
+        assert_eq!(
+            kv_stage_bytes(&s, &t, 4) - kv_stage_bytes(&s, &none, 4),
+            3 * 8 * 65 * 16
+        );
+        // Room for all three, for one, for none.
+        let all = shared_bytes(&s, &t, 1, 2) as u32;
+        assert_eq!(fit_kv_stage(&s, &t, 1, 2, all), 3);
+        assert_eq!(fit_kv_stage(&s, &t, 1, 2, all - 2 * 8 * 33 * 16), 1);
+        assert_eq!(fit_kv_stage(&s, &t, 1, 2, 1024), 0);
+        // Never more units than the workgroup has subgroups.
+        let wide = Tuning {
+            persistent_kv_stage: 8,
+            persistent_wg: 16,
+            ..t
+        };
+        assert_eq!(fit_kv_stage(&s, &wide, 1, 2, u32::MAX), 2);
     }
 
     #[test]
@@ -483,16 +563,24 @@ mod tests {
         assert_eq!(clock_offsets(&[5, 5, 5]), None);
     }
 
+    fn caps(float_atomics: bool) -> DeviceCaps {
+        DeviceCaps {
+            grid_sync: true,
+            subgroup_shuffle: true,
+            float_atomics,
+            shared_limit: 1 << 16,
+        }
+    }
+
     #[test]
     fn the_kernel_is_refused_without_float_atomics_or_with_odd_head_dims() {
         let t = Tuning::for_device(132, 32, 1 << 20, 1);
         let s = shape(16, 8, 128);
-        assert_eq!(unsupported(&s, &t, 1, true, true, true, 1 << 16), None);
-        let why = unsupported(&s, &t, 1, true, true, false, 1 << 16).unwrap_or_default();
+        assert_eq!(unsupported(&s, &t, 1, 2, caps(true)), None);
+        let why = unsupported(&s, &t, 1, 2, caps(false)).unwrap_or_default();
         assert!(why.contains("shaderBufferFloat32AtomicAdd"), "{why}");
         // A merge unit takes 16 of a head's dims: head_dim 24 is refused, with the figure.
-        let why =
-            unsupported(&shape(16, 8, 24), &t, 1, true, true, true, 1 << 16).unwrap_or_default();
+        let why = unsupported(&shape(16, 8, 24), &t, 1, 2, caps(true)).unwrap_or_default();
         assert!(
             why.contains("multiple of 16") && why.contains("24"),
             "{why}"

@@ -127,6 +127,10 @@ pub struct Tuning {
     /// for the grid's subgroups over the units, or the `persistent_splits` override (tests use it
     /// to reach the merge's several rounds on a one-workgroup CPU grid).
     pub persistent_splits: u32,
+    /// Attention units per workgroup whose first block of K and V rows the persistent kernel
+    /// stages in shared memory while the grid meets after the QKV phase (`KV_STAGE`); 0: none.
+    /// Lowered (to 0 at worst) where the device's shared memory cannot hold them.
+    pub persistent_kv_stage: u32,
     /// The persistent kernel writes a device clock per phase (`--timestamps dispatch` on a
     /// device with shaderDeviceClock): set by the engine, not a tuning key.
     pub phase_clocks: bool,
@@ -169,20 +173,32 @@ impl Tuning {
                 }
                 "persistent_groups" if (1..=4096).contains(&v) => self.persistent_groups = v,
                 "persistent_splits" if (1..=4096).contains(&v) => self.persistent_splits = v,
-                "attn_wg" | "n_splits" | "attn_tile" | "attn_prefetch" | "attn_sg"
-                | "prefill_max_r" | "attn_unroll" | "attn_kcoop" | "persistent_wg"
-                | "persistent_groups" | "persistent_splits" => {
+                "persistent_kv_stage" if v <= 8 => self.persistent_kv_stage = v,
+                "attn_wg"
+                | "n_splits"
+                | "attn_tile"
+                | "attn_prefetch"
+                | "attn_sg"
+                | "prefill_max_r"
+                | "attn_unroll"
+                | "attn_kcoop"
+                | "persistent_wg"
+                | "persistent_groups"
+                | "persistent_splits"
+                | "persistent_kv_stage" => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: {key}={v} is out of range (attn_wg: a power of two \
                          from 32 to 1024, n_splits: 1 to 1024, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
                          the device's subgroup size, prefill_max_r: 16 or 32, attn_unroll: 8, 16 or 32, attn_kcoop: 0, 1 or 2, \
-                         persistent_wg: a power of two from 32 to 1024, persistent_groups and persistent_splits: 1 to 4096)"
+                         persistent_wg: a power of two from 32 to 1024, persistent_groups and persistent_splits: 1 to 4096, \
+                         persistent_kv_stage: 0 to 8)"
                     ));
                 }
                 _ => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch, attn_sg, \
-                         prefill_max_r, attn_unroll, attn_kcoop, persistent_wg, persistent_groups or persistent_splits)"
+                         prefill_max_r, attn_unroll, attn_kcoop, persistent_wg, persistent_groups, persistent_splits or \
+                         persistent_kv_stage)"
                     ));
                 }
             }
@@ -245,6 +261,10 @@ impl Tuning {
                 persistent_wg: 256,
                 persistent_groups: 0,
                 persistent_splits: 0,
+                // The first unit's first block: on an H100 at 512, 872 -> 856 and 870 -> 854 us
+                // per token; at 16K, 1.40 -> 1.37 and 1.39 -> 1.36 ms (two rounds). 2 gained
+                // nothing more (traces/bench/h100/persistent-kv-stage/NOTES.md).
+                persistent_kv_stage: 1,
                 phase_clocks: false,
             }
         } else {
@@ -269,6 +289,8 @@ impl Tuning {
                 persistent_wg: 64,
                 persistent_groups: 0,
                 persistent_splits: 0,
+                // As on GPUs, so CI checks the staged blocks (one subgroup's) beside the loaded ones.
+                persistent_kv_stage: 1,
                 phase_clocks: false,
             }
         }

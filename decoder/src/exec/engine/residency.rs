@@ -18,8 +18,8 @@ use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    PTRS_PER_LAYER, clock_offsets, clocks, fit_workgroup, layer_ptr_bufs, partial_bytes,
-    phase_facts, push, sync_bytes, unsupported,
+    DeviceCaps, PTRS_PER_LAYER, clock_offsets, clocks, fit_kv_stage, fit_workgroup, layer_ptr_bufs,
+    partial_bytes, phase_facts, push, sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -43,17 +43,28 @@ impl Engine {
         }
         let limit = self.gpu().info().max_compute_shared_memory;
         let rows = self.opts.kv.batch.max(1);
-        self.tuning.persistent_wg = fit_workgroup(&self.shape, &self.tuning, rows, limit);
+        let kv_bytes = self.kv.geo.dtype.bytes() as u32;
+        self.tuning.persistent_kv_stage =
+            fit_kv_stage(&self.shape, &self.tuning, rows, kv_bytes, limit);
+        self.tuning.persistent_wg = fit_workgroup(&self.shape, &self.tuning, rows, kv_bytes, limit);
+        // A workgroup that shrank has fewer subgroups to stage for.
+        self.tuning.persistent_kv_stage = self
+            .tuning
+            .persistent_kv_stage
+            .min(self.tuning.persistent_wg / self.tuning.subgroup.max(1));
         let info = self.gpu().info();
         if let Some(why) = unsupported(
             &self.shape,
             &self.tuning,
             rows,
-            info.grid_sync,
-            // Shuffles imply arithmetic (DeviceInfo::subgroup_shuffle).
-            info.subgroup_shuffle,
-            info.float_atomic_add,
-            info.max_compute_shared_memory,
+            kv_bytes,
+            DeviceCaps {
+                grid_sync: info.grid_sync,
+                // Shuffles imply arithmetic (DeviceInfo::subgroup_shuffle).
+                subgroup_shuffle: info.subgroup_shuffle,
+                float_atomics: info.float_atomic_add,
+                shared_limit: info.max_compute_shared_memory,
+            },
         ) {
             bail!(why);
         }
