@@ -13,7 +13,7 @@
 mod common;
 
 use decoder::exec::engine::{Engine, EngineOptions, Timestamps};
-use decoder::exec::knobs::{Kernels, Knobs, Mode};
+use decoder::exec::knobs::{Kernels, Knobs, Mode, Sync};
 use decoder::generate::{Generation, generate_batch};
 use decoder::kv::{KvConfig, KvDtype, KvKind, PagedAttention};
 use decoder::model::reference::{Reference, round_f16};
@@ -181,6 +181,15 @@ fn persistent() -> Knobs {
     }
 }
 
+/// `knobs` with each decode step submitted before the host waits for the one before
+/// (`--sync chained`): batches, block tables that grow ahead and the window's slots.
+fn chained(knobs: Knobs) -> Knobs {
+    Knobs {
+        sync: Sync::Chained,
+        ..knobs
+    }
+}
+
 /// Whether `knobs` can read `kv`: the persistent kernel has no gather path.
 fn runs(knobs: Knobs, kv: &KvConfig) -> bool {
     !(knobs.kernels == Kernels::Persistent && kv.gathers())
@@ -297,6 +306,7 @@ fn batch_of_four_with_different_lengths() {
     for (setting, knobs) in [
         ("fused", Knobs::preset(Mode::Fused)),
         ("persistent", persistent()),
+        ("persistent chained", chained(persistent())),
         ("generic", Knobs::preset(Mode::Generic)),
     ] {
         let steps = if setting == "generic" {
@@ -342,6 +352,7 @@ fn rotating_window_crossing() {
         for (setting, knobs) in [
             ("fused", Knobs::preset(Mode::Fused)),
             ("persistent", persistent()),
+            ("persistent chained", chained(persistent())),
             ("generic", Knobs::preset(Mode::Generic)),
         ] {
             let steps = if setting == "generic" {

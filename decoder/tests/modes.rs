@@ -7,7 +7,8 @@ mod common;
 use decoder::capture::{CaptureSpec, capture};
 use decoder::cli::run::load_model;
 use decoder::exec::engine::{Engine, EngineOptions, Timestamps};
-use decoder::exec::knobs::{Kernels, Knobs, Mode};
+use decoder::exec::knobs::{Descriptors, Kernels, Knobs, Mode, Recording, Submit, Sync};
+use decoder::generate::Backend;
 use decoder::generate::{GenerateOptions, Generation, generate};
 use decoder::kv::KvConfig;
 use decoder::model::Model;
@@ -154,6 +155,101 @@ fn single_knob_changes_match_reference_on_tiny() {
     check("tiny", 64, &single_flips());
 }
 
+/// `--sync chained` (each decode step submitted before the host waits for the one before, its
+/// token copied on the GPU) over 200 steps: under the fused kernels, under the persistent kernel,
+/// and with a chunked, re-recorded program whose transient descriptor sets each step in flight
+/// keeps apart (submit per dispatch, descriptors per dispatch, recording every token).
+#[test]
+fn chained_steps_match_reference_on_tiny() {
+    let chained = Knobs {
+        sync: Sync::Chained,
+        ..Knobs::preset(Mode::Fused)
+    };
+    check(
+        "tiny",
+        200,
+        &[
+            ("fused with --sync chained".into(), chained),
+            (
+                "persistent with --sync chained".into(),
+                Knobs {
+                    kernels: Kernels::Persistent,
+                    ..chained
+                },
+            ),
+            (
+                "chunked and re-recorded with --sync chained".into(),
+                Knobs {
+                    submit: Submit::Every(16),
+                    descriptors: Descriptors::PerDispatch,
+                    recording: Recording::EveryToken,
+                    ..chained
+                },
+            ),
+        ],
+    );
+}
+
+/// A chained step submitted ahead carries the GPU's argmax; when the caller passes another token
+/// (sampling, a forced token) the engine drops it and runs the caller's. Every third token here
+/// is forced away from the argmax; every step must match the reference fed the same tokens, and
+/// the dropped steps leave no records.
+#[test]
+fn chained_steps_follow_the_tokens_the_caller_passes() {
+    let model = load_model("tiny").expect("tiny");
+    let ids = prompt(&model);
+    let steps = 48;
+    let vocab = model.config.vocab as u32;
+    for kernels in [Kernels::Fused, Kernels::Persistent] {
+        let knobs = Knobs {
+            sync: Sync::Chained,
+            kernels,
+            ..Knobs::preset(Mode::Fused)
+        };
+        let mut cpu = model
+            .reference(ids.len() + steps + 1)
+            .expect("CPU reference");
+        cpu.set_kv(true, 0);
+        common::with_gpu(|gpu| {
+            let opts = EngineOptions {
+                knobs,
+                timestamps: Timestamps::Token,
+                max_seq: (ids.len() + steps + 1) as u32,
+                kv: KvConfig::default(),
+                logits_readback: true,
+            };
+            let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).expect("engine");
+            let mut want = cpu.step(&ids, 0, true).expect("reference prompt");
+            let mut got = engine.step(&ids, 0, true).expect("GPU prompt");
+            let mut pos = ids.len();
+            for i in 0..steps {
+                let what = format!("{kernels} chained, step {i}");
+                assert_eq!(got.argmax, want.argmax, "{what}: argmax");
+                let (g, w) = (got.logits.as_deref(), want.logits.as_deref());
+                let e = rel_rms(g.expect("GPU logits"), w.expect("reference logits"));
+                assert!(e < LOGITS_REL_RMS, "{what}: logits relative RMS {e:.3e}");
+                let token = if i % 3 == 2 {
+                    (want.argmax + 7 + i as u32) % vocab
+                } else {
+                    want.argmax
+                };
+                want = cpu.step(&[token], pos, true).expect("reference step");
+                got = engine.step(&[token], pos, true).expect("GPU step");
+                pos += 1;
+            }
+            let decode = engine
+                .records()
+                .iter()
+                .filter(|t| t.phase == profiler::trace::Phase::Decode)
+                .count();
+            assert_eq!(
+                decode, steps,
+                "{kernels}: one record per step the caller ran"
+            );
+        });
+    }
+}
+
 #[test]
 fn replaying_primitive_kernels_is_refused() {
     let model = load_model("tiny").expect("tiny");
@@ -196,6 +292,13 @@ fn counters_per_decode_token_on_tiny() {
         ("generic", Knobs::preset(Mode::Generic)),
         ("fused", Knobs::preset(Mode::Fused)),
         ("persistent", persistent),
+        (
+            "persistent chained",
+            Knobs {
+                sync: Sync::Chained,
+                ..persistent
+            },
+        ),
     ] {
         let spec = CaptureSpec {
             model_name: "tiny".into(),
@@ -214,7 +317,7 @@ fn counters_per_decode_token_on_tiny() {
         // At dispatch level the persistent kernel writes a clock per phase where the device has
         // a shader device clock, read back with the token, and its dispatch becomes one span per
         // phase.
-        let phases = if name == "persistent" && clock {
+        let phases = if name.starts_with("persistent") && clock {
             decoder::exec::persistent::clocks(layers as u32) as u64 - 1
         } else {
             0
@@ -230,8 +333,13 @@ fn counters_per_decode_token_on_tiny() {
             .filter(|t| t.phase == profiler::trace::Phase::Decode)
             .collect();
         assert_eq!(decode.len(), 6);
-        for t in decode {
+        for (i, t) in decode.into_iter().enumerate() {
             let k = &t.counters;
+            // Chained, every decode step but the first (whose token the host writes) starts
+            // with the command buffer that copies its token from the last step's argmax: a
+            // copy between two full barriers.
+            let copied = name == "persistent chained" && i > 0;
+            let (copies, copy_barriers) = if copied { (1, 2) } else { (0, 0) };
             match name {
                 "generic" => {
                     // embed; per layer: norm, q, k, v, (q_norm, k_norm), 2 rope, 2 KV appends,
@@ -301,8 +409,8 @@ fn counters_per_decode_token_on_tiny() {
                     assert_eq!(k.command_buffers_begun, 0, "persistent: replayed");
                     assert_eq!(k.fence_waits, 1);
                     assert!(
-                        k.barrier_calls <= 1,
-                        "persistent barriers {}",
+                        k.barrier_calls <= 1 + copy_barriers,
+                        "{name} barriers {}",
                         k.barrier_calls
                     );
                     assert_eq!(
@@ -310,7 +418,7 @@ fn counters_per_decode_token_on_tiny() {
                         8 + if phases > 0 { 8 * (phases + 1) } else { 0 },
                         "persistent reads back the token, its status word and its phase clocks"
                     );
-                    assert_eq!(k.transfer_commands, 0);
+                    assert_eq!(k.transfer_commands, copies, "{name} copies");
                 }
             }
             assert_eq!(
@@ -318,7 +426,7 @@ fn counters_per_decode_token_on_tiny() {
                 if phases > 0 {
                     phases
                 } else {
-                    k.dispatches + k.transfer_commands
+                    k.dispatches + k.transfer_commands - copies
                 },
                 "one GPU span per command (per phase of the persistent kernel)"
             );

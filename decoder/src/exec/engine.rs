@@ -2,6 +2,7 @@
 //! each step under the other five knobs, recording counters, host spans and GPU timestamps into
 //! trace records.
 
+mod chain;
 mod residency;
 
 use std::collections::{BTreeMap, HashMap};
@@ -81,6 +82,9 @@ struct SpanDef {
 /// they are bound once, its timestamp spans and query pool.
 struct Prepared {
     kind: StepKind,
+    /// Which of the two decode programs this is under `--sync chained` (1: bound to the `*Alt`
+    /// buffers); 0 otherwise.
+    slot: usize,
     steps: Vec<Step>,
     chunks: Vec<(Cmd, StdRange<usize>)>,
     sets: Vec<Option<DescSet>>,
@@ -94,6 +98,19 @@ struct Prepared {
     reads_argmax: bool,
     /// The persistent kernel's phase ops, in clock order, when it writes phase clocks.
     phase_ops: Vec<u32>,
+}
+
+/// What a step that ran leaves for its trace record ([`Engine::push_record`]).
+struct StepRun<'a> {
+    kind: StepKind,
+    rows: &'a [RowParams],
+    outs: &'a [StepOutput],
+    log: SpanLog,
+    start_ns: u64,
+    wall_ns: u64,
+    counters: profiler::trace::Counters,
+    gpu_spans: Vec<GpuSpan>,
+    gpu_busy: Option<u64>,
 }
 
 /// A cached descriptor set's key: the pipeline and the (buffer, offset, bytes) of each binding.
@@ -110,12 +127,17 @@ pub struct Engine {
     pipelines: HashMap<PipelineDesc, Pipeline>,
     cached_sets: HashMap<SetKey, DescSet>,
     decode: Option<Prepared>,
+    /// The second decode program under `--sync chained` (slot 1).
+    decode_alt: Option<Prepared>,
     /// Prompt-chunk programs by row count (recorded anew each chunk, built once).
     prefill: HashMap<u32, Prepared>,
     kv: KvPlan,
     pool: BlockPool,
     tables: BlockTables,
     fence: FenceId,
+    /// The slot-1 program's fence under `--sync chained`.
+    fence_alt: FenceId,
+    chain: chain::Chain,
     ops: Vec<OpInfo>,
     op_index: HashMap<String, u32>,
     records: Vec<TokenRecord>,
@@ -241,6 +263,7 @@ impl Engine {
         };
         let mut rec = Recorder::new(gpu)?;
         let fence = rec.new_fence()?;
+        let fence_alt = rec.new_fence()?;
         let epoch_ns = host_now_ns();
         let valid_mask = if info.timestamp_valid_bits >= 64 {
             u64::MAX
@@ -257,11 +280,14 @@ impl Engine {
             pipelines: HashMap::new(),
             cached_sets: HashMap::new(),
             decode: None,
+            decode_alt: None,
             prefill: HashMap::new(),
             kv,
             pool,
             tables,
             fence,
+            fence_alt,
+            chain: chain::Chain::default(),
             ops: Vec::new(),
             op_index: HashMap::new(),
             records: Vec::new(),
@@ -283,6 +309,7 @@ impl Engine {
         engine.calibrate()?;
         let decode = engine.prepare(engine.opts.kv.batch.max(1), StepKind::Decode)?;
         engine.decode = Some(decode);
+        engine.prepare_chain()?;
         // Setup work (uploads, bound-once descriptors, a replayed recording) is not a token's.
         engine.rec.take_counters();
         Ok(engine)
@@ -372,12 +399,14 @@ impl Engine {
                 self.gpu().info().name
             );
         }
+        self.drain_chain()?;
         self.opts.timestamps = level;
         self.tuning.phase_clocks = self.wants_phase_clocks();
         self.calibrate()?;
         self.prefill.clear();
         let decode = self.prepare(self.opts.kv.batch.max(1), StepKind::Decode)?;
         self.decode = Some(decode);
+        self.prepare_chain()?;
         // Building programs is setup work, not a step's.
         self.rec.take_counters();
         Ok(())
@@ -395,6 +424,7 @@ impl Engine {
         if path == self.opts.kv.paged_attention {
             return Ok(());
         }
+        self.drain_chain()?;
         if self.persistent() && path == PagedAttention::Gather {
             bail!(
                 "--paged-attention gather copies the cache for the fused kernels; the persistent kernel reads the \
@@ -424,6 +454,7 @@ impl Engine {
         self.prefill.clear();
         let decode = self.prepare(self.opts.kv.batch.max(1), StepKind::Decode)?;
         self.decode = Some(decode);
+        self.prepare_chain()?;
         self.rec.take_counters();
         Ok(())
     }
@@ -586,6 +617,16 @@ impl Engine {
             ),
         ];
         want.extend(self.persistent_buffers());
+        if self.chained() {
+            // The second decode program's host-visible words (engine/chain.rs).
+            let alt: Vec<(Buf, BufferDesc, String)> = want
+                .iter()
+                .filter_map(|(buf, desc, name)| {
+                    chain::alt_of(*buf).map(|alt| (alt, *desc, format!("{name}_alt")))
+                })
+                .collect();
+            want.extend(alt);
+        }
         if let Some(scratch) = self.kv.scratch {
             let bytes = scratch.buffer_bytes(s.kv_dim());
             want.push((
@@ -834,8 +875,18 @@ impl Engine {
 
     /// Lowers and prepares the program of a step of `kind` over `n_tokens` rows.
     fn prepare(&mut self, n_tokens: u32, kind: StepKind) -> anyhow::Result<Prepared> {
+        self.prepare_slot(n_tokens, kind, 0)
+    }
+
+    /// A program; slot 1 binds the `*Alt` buffers of a chained second decode program.
+    fn prepare_slot(
+        &mut self,
+        n_tokens: u32,
+        kind: StepKind,
+        slot: usize,
+    ) -> anyhow::Result<Prepared> {
         let k = self.opts.knobs;
-        let steps = lower(
+        let mut steps = lower(
             &self.shape,
             &self.tuning,
             &self.kv,
@@ -844,6 +895,9 @@ impl Engine {
             kind,
             self.opts.logits_readback,
         );
+        if slot == 1 {
+            chain::bind_alt(&mut steps);
+        }
         let gpu_steps: Vec<usize> = (0..steps.len())
             .filter(|&i| !matches!(steps[i].action, Action::HostRead))
             .collect();
@@ -944,11 +998,14 @@ impl Engine {
                     && s.binds.first().is_some_and(|b| b.range.buf == buf)
             })
         };
-        let (reads_logits, reads_argmax) =
-            (host_reads(Buf::LogitsReadback), host_reads(Buf::ArgmaxOut));
+        let (reads_logits, reads_argmax) = (
+            host_reads(Self::slot_buf(Buf::LogitsReadback, slot)),
+            host_reads(Self::slot_buf(Buf::ArgmaxOut, slot)),
+        );
         let phase_ops = self.phase_ops(kind);
         let mut prepared = Prepared {
             kind,
+            slot,
             steps,
             chunks,
             sets: Vec::new(),
@@ -1295,6 +1352,11 @@ impl Engine {
                 self.kv.max_rows
             );
         }
+        if kind == StepKind::Decode && self.chained() {
+            return self.run_chained(tokens, rows);
+        }
+        // A prompt after chained steps: the step submitted ahead is not wanted.
+        self.drain_chain()?;
         let start_ns = host_now_ns();
         let mut log = SpanLog::new(self.epoch_ns);
         let token_span = log.open("token", 0);
@@ -1310,7 +1372,9 @@ impl Engine {
                 None => host_span!(log, "record", 1, { self.prepare(n, kind)? }),
             },
         };
-        let result = self.execute(&mut p, tokens, rows, &mut log, start_ns);
+        let result = self
+            .submit_prepared(&mut p, Some(tokens), rows, &mut log, None)
+            .and_then(|()| self.complete_prepared(&mut p, n, &mut log, start_ns));
         match kind {
             StepKind::Decode => self.decode = Some(p),
             StepKind::Prefill => {
@@ -1320,6 +1384,34 @@ impl Engine {
         let (outs, gpu_spans, gpu_busy) = result?;
         log.close(token_span);
         let wall_ns = host_now_ns().saturating_sub(start_ns);
+        let counters = self.rec.take_counters();
+        self.push_record(StepRun {
+            kind,
+            rows,
+            outs: &outs,
+            log,
+            start_ns,
+            wall_ns,
+            counters,
+            gpu_spans,
+            gpu_busy,
+        });
+        Ok(outs)
+    }
+
+    /// Appends the trace record of a step that ran.
+    fn push_record(&mut self, r: StepRun<'_>) {
+        let StepRun {
+            kind,
+            rows,
+            outs,
+            log,
+            start_ns,
+            wall_ns,
+            mut counters,
+            gpu_spans,
+            gpu_busy,
+        } = r;
         let host_wait_ns = log.total_ns("wait");
         let host_enqueue_ns =
             log.total_ns("record") + log.total_ns("descriptors") + log.total_ns("submit");
@@ -1329,7 +1421,6 @@ impl Engine {
             StepKind::Prefill => rows.last().map_or(0, attended),
             StepKind::Decode => rows.iter().map(attended).sum(),
         };
-        let mut counters = self.rec.take_counters();
         if self.kv.scratch.is_some() {
             // The gather copies what every row attends (the whole chunk range for a prompt).
             let gathered: u64 = match kind {
@@ -1354,7 +1445,7 @@ impl Engine {
             index: self.records.len() as u32,
             phase,
             position: rows.first().map_or(0, |r| r.pos),
-            n_tokens: n,
+            n_tokens: rows.len() as u32,
             kv_len: kv_positions as u32,
             token_id: outs.first().map(|o| o.argmax),
             start_ns: start_ns.saturating_sub(self.epoch_ns),
@@ -1366,25 +1457,44 @@ impl Engine {
             host_spans: log.spans,
             gpu_spans,
         });
-        Ok(outs)
     }
 
-    #[allow(clippy::type_complexity)]
-    fn execute(
+    /// The buffer that program slot `slot` uses for `buf` (the `*Alt` ones in slot 1).
+    fn slot_buf(buf: Buf, slot: usize) -> Buf {
+        match (slot, chain::alt_of(buf)) {
+            (1, Some(alt)) => alt,
+            _ => buf,
+        }
+    }
+
+    fn slot_fence(&self, slot: usize) -> FenceId {
+        if slot == 1 {
+            self.fence_alt
+        } else {
+            self.fence
+        }
+    }
+
+    /// Writes a step's parameters (and its token ids where `tokens` gives them; a chained step
+    /// copies them on the GPU instead, `first`: the command buffer that does, submitted ahead of
+    /// the program's first chunk), records the program where it is not replayed, and submits it.
+    /// Under `--sync submit` it also waits after every chunk but the last.
+    fn submit_prepared(
         &mut self,
         p: &mut Prepared,
-        tokens: &[u32],
+        tokens: Option<&[u32]>,
         rows: &[RowParams],
         log: &mut SpanLog,
-        start_ns: u64,
-    ) -> anyhow::Result<(Vec<StepOutput>, Vec<GpuSpan>, Option<u64>)> {
-        let n = tokens.len() as u32;
+        first: Option<Cmd>,
+    ) -> anyhow::Result<()> {
+        let n = rows.len() as u32;
         let k = self.opts.knobs;
         let replay = p.recorded && k.recording == Recording::Once;
         let kv_len = rows.iter().map(|r| r.pos + 1).max().unwrap_or(0);
         let mut seqs: Vec<u32> = rows.iter().map(|r| r.seq).collect();
         seqs.sort_unstable();
         seqs.dedup();
+        let slot = p.slot;
         host_span!(log, "record", 1, {
             let header = TokenParams {
                 pos0: rows.first().map_or(0, |r| r.pos),
@@ -1393,14 +1503,17 @@ impl Engine {
                 n_seqs: seqs.len() as u32,
             };
             let Engine { rec, bufs, .. } = self;
-            let ids = bufs
-                .get_mut(&Buf::Ids)
-                .ok_or_else(|| anyhow!("internal: ids buffer missing"))?;
-            rec.write(ids, 0, bytemuck::cast_slice(tokens))?;
+            if let Some(tokens) = tokens {
+                let ids = bufs
+                    .get_mut(&Self::slot_buf(Buf::Ids, slot))
+                    .ok_or_else(|| anyhow!("internal: ids buffer missing"))?;
+                rec.write(ids, 0, bytemuck::cast_slice(tokens))?;
+            }
             let pb = bufs
-                .get_mut(&Buf::Params)
+                .get_mut(&Self::slot_buf(Buf::Params, slot))
                 .ok_or_else(|| anyhow!("internal: params buffer missing"))?;
             rec.write(pb, 0, &params_bytes(&header, rows))?;
+            rec.use_transient_slot(slot);
             if !replay && matches!(k.descriptors, Descriptors::PerDispatch) {
                 rec.reset_transient_sets()?;
             }
@@ -1409,21 +1522,43 @@ impl Engine {
             }
         });
         let last = p.chunks.len() - 1;
+        let fence = self.slot_fence(slot);
         for c in 0..p.chunks.len() {
             if !replay {
                 self.record_chunk(p, c, kv_len, log)?;
             }
             let signal = k.sync == Sync::Submit || c == last;
-            let fence = self.fence;
+            let mut cmds = Vec::with_capacity(2);
+            if c == 0 {
+                cmds.extend(first);
+            }
+            cmds.push(p.chunks[c].0);
             host_span!(log, "submit", 1, {
-                self.rec.submit(&[p.chunks[c].0], signal.then_some(fence))?;
+                self.rec.submit(&cmds, signal.then_some(fence))?;
             });
-            if signal {
+            if signal && c != last {
                 host_span!(log, "wait", 1, {
                     self.rec.wait(fence)?;
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Waits for a submitted program's last chunk and reads its results back: the outputs, the
+    /// GPU spans and the GPU busy time.
+    #[allow(clippy::type_complexity)]
+    fn complete_prepared(
+        &mut self,
+        p: &mut Prepared,
+        n: u32,
+        log: &mut SpanLog,
+        start_ns: u64,
+    ) -> anyhow::Result<(Vec<StepOutput>, Vec<GpuSpan>, Option<u64>)> {
+        let fence = self.slot_fence(p.slot);
+        host_span!(log, "wait", 1, {
+            self.rec.wait(fence)?;
+        });
         let wait_end = host_now_ns();
         let head_rows = match p.kind {
             StepKind::Prefill => 1,
@@ -1436,7 +1571,7 @@ impl Engine {
                 let mut bytes = vec![0u8; head_rows * vocab * 4];
                 let b = self
                     .bufs
-                    .get(&Buf::LogitsReadback)
+                    .get(&Self::slot_buf(Buf::LogitsReadback, p.slot))
                     .ok_or_else(|| anyhow!("internal: readback missing"))?;
                 self.rec.read(b, 0, &mut bytes)?;
                 Some(
@@ -1449,7 +1584,7 @@ impl Engine {
                 None
             };
             let gpu_tokens = if p.reads_argmax {
-                Some(self.read_u32s(Buf::ArgmaxOut, 0, head_rows)?)
+                Some(self.read_u32s(Self::slot_buf(Buf::ArgmaxOut, p.slot), 0, head_rows)?)
             } else {
                 None
             };
@@ -1459,7 +1594,7 @@ impl Engine {
             };
             (logits, gpu_tokens, raw)
         });
-        self.check_persistent_status(p.kind, n)?;
+        self.check_persistent_status(p.kind, n, p.slot)?;
         let outs = host_span!(log, "sample", 1, {
             let mut outs = Vec::with_capacity(head_rows);
             for row in 0..head_rows {

@@ -3,7 +3,7 @@
 //! | knob | generic preset | fused preset |
 //! |---|---|---|
 //! | `submit` | `dispatch` | `token` |
-//! | `sync` | `submit` | `token` |
+//! | `sync` | `submit` | `token` (`chained`: one step ahead, the token copied on the GPU) |
 //! | `descriptors` | `per-dispatch` | `bound-once` |
 //! | `barriers` | `full` | `tracked` |
 //! | `kernels` | `primitive` | `fused` |
@@ -32,6 +32,11 @@ pub enum Sync {
     Submit,
     /// Only before the token's readback.
     Token,
+    /// One token ahead: the next decode step is submitted before the host waits for this one,
+    /// its input token copied on the GPU from this step's argmax, so the GPU runs the steps back
+    /// to back with no host round trip between them (needs the GPU argmax: `--kernels fused` or
+    /// `persistent`).
+    Chained,
 }
 
 /// How buffers are bound to dispatches.
@@ -152,6 +157,11 @@ impl Knobs {
                         cached or bound-once"
                 .into());
         }
+        if self.sync == Sync::Chained && self.kernels == Kernels::Primitive {
+            return Err("--sync chained copies each token on the GPU from the step's argmax, which --kernels primitive \
+                        leaves to the host; use --kernels fused or persistent"
+                .into());
+        }
         if let Submit::Every(0) = self.submit {
             return Err("--submit every:N needs N >= 1".into());
         }
@@ -195,6 +205,15 @@ impl Knobs {
             Descriptors::Cached.to_string(),
             Knobs {
                 descriptors: Descriptors::Cached,
+                ..f
+            },
+        ));
+        out.push((
+            "fused",
+            "sync",
+            Sync::Chained.to_string(),
+            Knobs {
+                sync: Sync::Chained,
                 ..f
             },
         ));
@@ -308,7 +327,7 @@ macro_rules! simple_knob {
     };
 }
 
-simple_knob!(Sync, "--sync", Submit => "submit", Token => "token");
+simple_knob!(Sync, "--sync", Submit => "submit", Token => "token", Chained => "chained");
 simple_knob!(Descriptors, "--descriptors", PerDispatch => "per-dispatch", Cached => "cached",
     BoundOnce => "bound-once", Push => "push");
 simple_knob!(Barriers, "--barriers", Full => "full", Tracked => "tracked");
@@ -350,7 +369,7 @@ pub struct KnobArgs {
     /// When recorded work is submitted: dispatch | every:N | per-layer | token.
     #[arg(long)]
     pub submit: Option<Submit>,
-    /// When the host waits: submit | token.
+    /// When the host waits: submit | token | chained (one step ahead, token ids copied on the GPU).
     #[arg(long)]
     pub sync: Option<Sync>,
     /// How buffers are bound: per-dispatch | cached | bound-once | push.
@@ -433,6 +452,21 @@ mod tests {
             }
         }
         assert_eq!(kernels, vec![Kernels::Persistent]);
+    }
+
+    #[test]
+    fn chaining_without_the_gpu_argmax_is_refused() {
+        let k = Knobs {
+            sync: Sync::Chained,
+            ..Knobs::preset(Mode::Generic)
+        };
+        assert!(k.validate(true).unwrap_err().contains("--sync chained"));
+        let f = Knobs {
+            sync: Sync::Chained,
+            ..Knobs::preset(Mode::Fused)
+        };
+        assert_eq!(f.validate(true), Ok(()));
+        assert_eq!("chained".parse::<Sync>(), Ok(Sync::Chained));
     }
 
     #[test]

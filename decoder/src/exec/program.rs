@@ -329,6 +329,13 @@ pub enum Buf {
     Ids,
     /// Host-visible: the step's `TokenParams` and its rows.
     Params,
+    /// The second decode program's `Ids`, `Params`, `ArgmaxOut` and `LogitsReadback` under
+    /// `--sync chained`, whose steps alternate between two programs so the host can write one
+    /// step's parameters while the GPU runs the other (`engine/chain.rs`).
+    IdsAlt,
+    ParamsAlt,
+    ArgmaxOutAlt,
+    LogitsReadbackAlt,
     X,
     H,
     QRaw,

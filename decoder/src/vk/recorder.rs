@@ -111,6 +111,9 @@ pub struct Recorder {
     compute_pool: vk::CommandPool,
     transfer_pool: Option<vk::CommandPool>,
     transient: DescriptorPools,
+    /// The other slot's transient pools (see [`Recorder::use_transient_slot`]).
+    transient_other: DescriptorPools,
+    transient_slot: usize,
     persistent: DescriptorPools,
     fences: Vec<vk::Fence>,
     staging: Option<Buffer>,
@@ -150,6 +153,7 @@ impl Drop for Recorder {
                 .pools
                 .drain(..)
                 .chain(self.transient.pools.drain(..))
+                .chain(self.transient_other.pools.drain(..))
             {
                 d.destroy_descriptor_pool(p, None);
             }
@@ -180,6 +184,11 @@ impl Recorder {
                 pools: vec![],
                 current: 0,
             },
+            transient_other: DescriptorPools {
+                pools: vec![],
+                current: 0,
+            },
+            transient_slot: 0,
             persistent: DescriptorPools {
                 pools: vec![],
                 current: 0,
@@ -341,6 +350,16 @@ impl Recorder {
                 }
                 Err(e) => return Err(call("vkAllocateDescriptorSets")(e)),
             }
+        }
+    }
+
+    /// Makes `slot` (0 or 1) the transient pools that [`Recorder::alloc_set`] and
+    /// [`Recorder::reset_transient_sets`] use: two steps in flight at once (`--sync chained`)
+    /// each keep their own, so resetting one step's sets never frees the other's.
+    pub fn use_transient_slot(&mut self, slot: usize) {
+        if slot != self.transient_slot {
+            std::mem::swap(&mut self.transient, &mut self.transient_other);
+            self.transient_slot = slot;
         }
     }
 

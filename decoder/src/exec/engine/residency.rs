@@ -366,11 +366,12 @@ impl Engine {
         &mut self,
         kind: StepKind,
         rows: u32,
+        slot: usize,
     ) -> anyhow::Result<()> {
         if !self.persistent() || kind != StepKind::Decode {
             return Ok(());
         }
-        let status = self.read_u32s(Buf::ArgmaxOut, 8 * rows as u64, 1)?[0];
+        let status = self.read_u32s(Self::slot_buf(Buf::ArgmaxOut, slot), 8 * rows as u64, 1)?[0];
         if status != 0 {
             // The barrier words of a step that did not finish are not reset by the kernel.
             self.zero_sync()?;

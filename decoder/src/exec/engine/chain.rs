@@ -1,0 +1,278 @@
+//! Chained decode steps (`--sync chained`): the GPU runs the decode steps back to back, with no
+//! host round trip between them.
+//!
+//! Under the other sync values the host submits a step, waits for it, reads its token and writes
+//! that token into the next step's ids before submitting it: on an H100 the GPU then idles some
+//! 20 to 60 µs per token (the submit, the GPU's start, the fence's wake-up, the readback). Chained,
+//! each decode call submits the *next* step before it waits for this one:
+//!
+//! - the decode steps alternate between two recorded programs (slots 0 and 1). Each slot has its
+//!   own host-visible `Ids`, `Params`, `ArgmaxOut` and `LogitsReadback` (`Buf::*Alt` in slot 1),
+//!   fence, query pool and transient descriptor pools, so the host writes one step's parameters while the GPU runs
+//!   the other step;
+//! - the next step's token ids are copied on the GPU from this step's argmax (`ArgmaxOut` of one
+//!   slot into `Ids` of the other), by a small command buffer submitted with the program's first
+//!   chunk. Its full barriers order the copy after this step and the next step after the copy, so
+//!   the two steps never overlap on the device (the persistent kernel needs the whole GPU);
+//! - the host reads this step's token, and the next call checks that the caller passes that very
+//!   token at the next position (greedy decoding does, with or without the logits read back). If
+//!   it passes another one (sampling, a forced token), the step
+//!   submitted ahead is waited for and dropped, and the step runs with the caller's token. Its KV
+//!   writes went to the position the new step writes again, so nothing reads them.
+//!
+//! A prompt step, a change of timestamps or attention path first waits for the step in flight and
+//! drops it (`drain_chain`), as does the end of generation (the step after the last token never
+//! makes a record). A chained step's trace record counts its own submits and fence waits; its wall
+//! time runs from the previous chained step's completion (the rate the caller sees), or from its
+//! submit where there was none.
+
+use anyhow::{anyhow, bail};
+use profiler::trace::Counters;
+
+use super::{Engine, Prepared, StepRun};
+use crate::exec::kernels::RowParams;
+use crate::exec::knobs::Sync;
+use crate::exec::program::{Buf, Step, StepKind};
+use crate::exec::spans::SpanLog;
+use crate::generate::StepOutput;
+use crate::kv::window_start;
+use crate::vk::{BufRange, Cmd, Queue, host_now_ns};
+
+/// The state of the chain between decode calls.
+#[derive(Default)]
+pub(super) struct Chain {
+    /// The command buffers that copy the other slot's argmax into slot s's ids, by slot.
+    copy: [Option<Cmd>; 2],
+    /// The step submitted ahead of its call.
+    in_flight: Option<InFlight>,
+    /// The slot the next submitted step uses.
+    next_slot: usize,
+    /// When the host saw the last chained step complete (None after a dropped step).
+    last_done_ns: Option<u64>,
+}
+
+/// A submitted chained step.
+pub(super) struct InFlight {
+    slot: usize,
+    rows: Vec<RowParams>,
+    /// The step's token ids: the caller's, or (submitted ahead) the previous step's argmax once
+    /// the host has read it; None before that.
+    ids: Option<Vec<u32>>,
+    log: SpanLog,
+    token_span: usize,
+    start_ns: u64,
+    /// What its submission counted.
+    counters: Counters,
+}
+
+/// The slot-1 twin of a host-visible per-step buffer.
+pub(super) fn alt_of(buf: Buf) -> Option<Buf> {
+    match buf {
+        Buf::Ids => Some(Buf::IdsAlt),
+        Buf::Params => Some(Buf::ParamsAlt),
+        Buf::ArgmaxOut => Some(Buf::ArgmaxOutAlt),
+        Buf::LogitsReadback => Some(Buf::LogitsReadbackAlt),
+        _ => None,
+    }
+}
+
+/// Binds a lowered program's per-step buffers to their slot-1 twins.
+pub(super) fn bind_alt(steps: &mut [Step]) {
+    for st in steps.iter_mut() {
+        for b in st.binds.iter_mut() {
+            if let Some(alt) = alt_of(b.range.buf) {
+                b.range.buf = alt;
+            }
+        }
+    }
+}
+
+/// The rows of the step after `rows`: every sequence one position on.
+fn next_rows(rows: &[RowParams], window: u32) -> Vec<RowParams> {
+    rows.iter()
+        .map(|r| RowParams {
+            pos: r.pos + 1,
+            lo: window_start(r.pos + 1, window),
+            ..*r
+        })
+        .collect()
+}
+
+impl Engine {
+    pub(super) fn chained(&self) -> bool {
+        self.opts.knobs.sync == Sync::Chained
+    }
+
+    /// Under `--sync chained`, builds the second decode program (slot 1) and the two copy
+    /// command buffers; drops them otherwise. Called whenever the decode program is rebuilt.
+    pub(super) fn prepare_chain(&mut self) -> anyhow::Result<()> {
+        if !self.chained() {
+            self.decode_alt = None;
+            return Ok(());
+        }
+        let rows = self.opts.kv.batch.max(1);
+        self.decode_alt = Some(self.prepare_slot(rows, StepKind::Decode, 1)?);
+        for slot in 0..2 {
+            let cmd = match self.chain.copy[slot] {
+                Some(c) => c,
+                None => self.rec.new_cmd(Queue::Compute)?,
+            };
+            let src = Self::slot_buf(Buf::ArgmaxOut, 1 - slot);
+            let dst = Self::slot_buf(Buf::Ids, slot);
+            let (Some(src), Some(dst)) = (self.bufs.get(&src), self.bufs.get(&dst)) else {
+                bail!("internal: the chained steps' buffers are missing");
+            };
+            self.rec.begin(cmd)?;
+            self.rec.full_barrier(cmd);
+            self.rec.copy(
+                cmd,
+                BufRange {
+                    buffer: src,
+                    offset: 0,
+                    bytes: 4 * rows as u64,
+                },
+                dst,
+                0,
+            );
+            self.rec.full_barrier(cmd);
+            self.rec.end(cmd)?;
+            self.chain.copy[slot] = Some(cmd);
+        }
+        Ok(())
+    }
+
+    /// One chained decode step: this step (already in flight when the caller passes the token
+    /// the GPU took), the next one submitted ahead, then this one's outputs.
+    pub(super) fn run_chained(
+        &mut self,
+        tokens: &[u32],
+        rows: &[RowParams],
+    ) -> anyhow::Result<Vec<StepOutput>> {
+        let ahead = self.chain.in_flight.take();
+        let cur = match ahead {
+            Some(f) if f.rows == rows && f.ids.as_deref() == Some(tokens) => f,
+            Some(f) => {
+                self.drop_step(f)?;
+                self.submit_chained(Some(tokens), rows)?
+            }
+            None => self.submit_chained(Some(tokens), rows)?,
+        };
+        let next = next_rows(rows, self.kv.window);
+        if next.iter().all(|r| r.pos < self.shape.max_seq) {
+            match self.submit_chained(None, &next) {
+                Ok(f) => self.chain.in_flight = Some(f),
+                Err(e) => {
+                    // Wait for this step before reporting, so nothing is left running.
+                    let _ = self.complete_chained(cur);
+                    return Err(e);
+                }
+            }
+        }
+        let outs = self.complete_chained(cur)?;
+        if let Some(f) = &mut self.chain.in_flight {
+            f.ids = Some(outs.iter().map(|o| o.argmax).collect());
+        }
+        Ok(outs)
+    }
+
+    /// Waits for the step submitted ahead, if any, and drops it.
+    pub(super) fn drain_chain(&mut self) -> anyhow::Result<()> {
+        match self.chain.in_flight.take() {
+            Some(f) => self.drop_step(f),
+            None => Ok(()),
+        }
+    }
+
+    fn drop_step(&mut self, f: InFlight) -> anyhow::Result<()> {
+        self.chain.last_done_ns = None;
+        let mut p = self.take_slot(f.slot)?;
+        let mut log = f.log;
+        let r = self.complete_prepared(&mut p, f.rows.len() as u32, &mut log, f.start_ns);
+        self.put_slot(p);
+        // Its counters are no step's.
+        self.rec.take_counters();
+        r.map(|_| ())
+    }
+
+    /// Submits a decode step on the next slot: with the caller's `tokens`, or (None) with the
+    /// previous step's argmax, copied on the GPU.
+    fn submit_chained(
+        &mut self,
+        tokens: Option<&[u32]>,
+        rows: &[RowParams],
+    ) -> anyhow::Result<InFlight> {
+        let start_ns = host_now_ns();
+        let mut log = SpanLog::new(self.epoch_ns);
+        let token_span = log.open("token", 0);
+        self.ensure_blocks(rows)?;
+        let slot = self.chain.next_slot;
+        let first = match tokens {
+            Some(_) => None,
+            None => Some(
+                self.chain.copy[slot]
+                    .ok_or_else(|| anyhow!("internal: the chained steps' copy is missing"))?,
+            ),
+        };
+        let mut p = self.take_slot(slot)?;
+        let r = self.submit_prepared(&mut p, tokens, rows, &mut log, first);
+        self.put_slot(p);
+        r?;
+        self.chain.next_slot = 1 - slot;
+        Ok(InFlight {
+            slot,
+            rows: rows.to_vec(),
+            ids: tokens.map(<[u32]>::to_vec),
+            log,
+            token_span,
+            start_ns,
+            counters: self.rec.take_counters(),
+        })
+    }
+
+    /// Waits for a chained step and records it.
+    fn complete_chained(&mut self, f: InFlight) -> anyhow::Result<Vec<StepOutput>> {
+        let mut p = self.take_slot(f.slot)?;
+        let mut log = f.log;
+        let r = self.complete_prepared(&mut p, f.rows.len() as u32, &mut log, f.start_ns);
+        self.put_slot(p);
+        let (outs, gpu_spans, gpu_busy) = r?;
+        log.close(f.token_span);
+        let done = host_now_ns();
+        let from = self
+            .chain
+            .last_done_ns
+            .map_or(f.start_ns, |d| d.max(f.start_ns));
+        self.chain.last_done_ns = Some(done);
+        let mut counters = f.counters;
+        counters.add(&self.rec.take_counters());
+        self.push_record(StepRun {
+            kind: StepKind::Decode,
+            rows: &f.rows,
+            outs: &outs,
+            log,
+            start_ns: f.start_ns,
+            wall_ns: done.saturating_sub(from),
+            counters,
+            gpu_spans,
+            gpu_busy,
+        });
+        Ok(outs)
+    }
+
+    fn take_slot(&mut self, slot: usize) -> anyhow::Result<Prepared> {
+        let p = if slot == 1 {
+            self.decode_alt.take()
+        } else {
+            self.decode.take()
+        };
+        p.ok_or_else(|| anyhow!("internal: chained decode program {slot} missing"))
+    }
+
+    fn put_slot(&mut self, p: Prepared) {
+        if p.slot == 1 {
+            self.decode_alt = Some(p);
+        } else {
+            self.decode = Some(p);
+        }
+    }
+}
