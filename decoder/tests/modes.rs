@@ -221,8 +221,7 @@ fn chained_steps_follow_the_tokens_the_caller_passes() {
             let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).expect("engine");
             let mut want = cpu.step(&ids, 0, true).expect("reference prompt");
             let mut got = engine.step(&ids, 0, true).expect("GPU prompt");
-            let mut pos = ids.len();
-            for i in 0..steps {
+            for (i, pos) in (ids.len()..).take(steps).enumerate() {
                 let what = format!("{kernels} chained, step {i}");
                 assert_eq!(got.argmax, want.argmax, "{what}: argmax");
                 let (g, w) = (got.logits.as_deref(), want.logits.as_deref());
@@ -235,7 +234,6 @@ fn chained_steps_follow_the_tokens_the_caller_passes() {
                 };
                 want = cpu.step(&[token], pos, true).expect("reference step");
                 got = engine.step(&[token], pos, true).expect("GPU step");
-                pos += 1;
             }
             let decode = engine
                 .records()
