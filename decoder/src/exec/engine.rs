@@ -895,8 +895,8 @@ impl Engine {
             kind,
             self.opts.logits_readback,
         );
-        if slot == 1 {
-            chain::bind_alt(&mut steps);
+        if kind == StepKind::Decode && self.chained() {
+            chain::bind_slot(&mut steps, slot);
         }
         let gpu_steps: Vec<usize> = (0..steps.len())
             .filter(|&i| !matches!(steps[i].action, Action::HostRead))
@@ -1222,7 +1222,8 @@ impl Engine {
         } = self;
         rec.begin(cmd)?;
         if c == 0 {
-            // Tracking starts fresh each step: the previous step's wait ordered everything before it.
+            // Tracking starts fresh each step: the previous step's wait, or (chained) the full
+            // barrier before its readback, ordered everything before it.
             track.clear();
         }
         let mut bound: Option<PipelineDesc> = None;
@@ -1373,7 +1374,7 @@ impl Engine {
             },
         };
         let result = self
-            .submit_prepared(&mut p, Some(tokens), rows, &mut log, None)
+            .submit_prepared(&mut p, Some(tokens), rows, &mut log)
             .and_then(|()| self.complete_prepared(&mut p, n, &mut log, start_ns));
         match kind {
             StepKind::Decode => self.decode = Some(p),
@@ -1475,17 +1476,16 @@ impl Engine {
         }
     }
 
-    /// Writes a step's parameters (and its token ids where `tokens` gives them; a chained step
-    /// copies them on the GPU instead, `first`: the command buffer that does, submitted ahead of
-    /// the program's first chunk), records the program where it is not replayed, and submits it.
-    /// Under `--sync submit` it also waits after every chunk but the last.
+    /// Writes a step's parameters (and its token ids where `tokens` gives them: a chained step
+    /// submitted ahead reads the previous step's argmax instead), records the program where it
+    /// is not replayed, and submits it. Under `--sync submit` it also waits after every chunk but
+    /// the last.
     fn submit_prepared(
         &mut self,
         p: &mut Prepared,
         tokens: Option<&[u32]>,
         rows: &[RowParams],
         log: &mut SpanLog,
-        first: Option<Cmd>,
     ) -> anyhow::Result<()> {
         let n = rows.len() as u32;
         let k = self.opts.knobs;
@@ -1495,6 +1495,12 @@ impl Engine {
         seqs.sort_unstable();
         seqs.dedup();
         let slot = p.slot;
+        // A chained decode program reads its ids where the other slot's step leaves its argmax.
+        let ids_buf = if p.kind == StepKind::Decode && self.chained() {
+            Self::slot_buf(Buf::ArgmaxOut, 1 - slot)
+        } else {
+            Buf::Ids
+        };
         host_span!(log, "record", 1, {
             let header = TokenParams {
                 pos0: rows.first().map_or(0, |r| r.pos),
@@ -1505,7 +1511,7 @@ impl Engine {
             let Engine { rec, bufs, .. } = self;
             if let Some(tokens) = tokens {
                 let ids = bufs
-                    .get_mut(&Self::slot_buf(Buf::Ids, slot))
+                    .get_mut(&ids_buf)
                     .ok_or_else(|| anyhow!("internal: ids buffer missing"))?;
                 rec.write(ids, 0, bytemuck::cast_slice(tokens))?;
             }
@@ -1528,13 +1534,8 @@ impl Engine {
                 self.record_chunk(p, c, kv_len, log)?;
             }
             let signal = k.sync == Sync::Submit || c == last;
-            let mut cmds = Vec::with_capacity(2);
-            if c == 0 {
-                cmds.extend(first);
-            }
-            cmds.push(p.chunks[c].0);
             host_span!(log, "submit", 1, {
-                self.rec.submit(&cmds, signal.then_some(fence))?;
+                self.rec.submit(&[p.chunks[c].0], signal.then_some(fence))?;
             });
             if signal && c != last {
                 host_span!(log, "wait", 1, {

@@ -329,10 +329,9 @@ pub enum Buf {
     Ids,
     /// Host-visible: the step's `TokenParams` and its rows.
     Params,
-    /// The second decode program's `Ids`, `Params`, `ArgmaxOut` and `LogitsReadback` under
-    /// `--sync chained`, whose steps alternate between two programs so the host can write one
-    /// step's parameters while the GPU runs the other (`engine/chain.rs`).
-    IdsAlt,
+    /// The second decode program's `Params`, `ArgmaxOut` and `LogitsReadback` under `--sync
+    /// chained`, whose steps alternate between two programs so the host can write one step's
+    /// parameters while the GPU runs the other (`engine/chain.rs`).
     ParamsAlt,
     ArgmaxOutAlt,
     LogitsReadbackAlt,

@@ -2,23 +2,28 @@
 //! host round trip between them.
 //!
 //! Under the other sync values the host submits a step, waits for it, reads its token and writes
-//! that token into the next step's ids before submitting it: on an H100 the GPU then idles some
-//! 20 to 60 µs per token (the submit, the GPU's start, the fence's wake-up, the readback). Chained,
-//! each decode call submits the *next* step before it waits for this one:
+//! that token into the next step's ids before submitting it. Chained, each decode call submits
+//! the *next* step before it waits for this one:
 //!
 //! - the decode steps alternate between two recorded programs (slots 0 and 1). Each slot has its
-//!   own host-visible `Ids`, `Params`, `ArgmaxOut` and `LogitsReadback` (`Buf::*Alt` in slot 1),
-//!   fence, query pool and transient descriptor pools, so the host writes one step's parameters while the GPU runs
-//!   the other step;
-//! - the next step's token ids are copied on the GPU from this step's argmax (`ArgmaxOut` of one
-//!   slot into `Ids` of the other), by a small command buffer submitted with the program's first
-//!   chunk. Its full barriers order the copy after this step and the next step after the copy, so
-//!   the two steps never overlap on the device (the persistent kernel needs the whole GPU);
+//!   own host-visible `Params`, `ArgmaxOut` and `LogitsReadback` (`Buf::*Alt` in slot 1), fence,
+//!   query pool and transient descriptor pools, so the host writes one step's parameters while
+//!   the GPU runs the other step;
+//! - a slot's program reads its token ids from the other slot's `ArgmaxOut` (its first words are
+//!   the previous step's argmax), bound where the other programs bind `Ids`: the token passes
+//!   from step to step with no copy and no command of its own. Where the caller gives the token
+//!   (the first step after a prompt), the host writes it there. Every program ends with a full
+//!   barrier before its readback, which also orders the next submission after it, so two steps
+//!   never overlap on the device (the persistent kernel needs the whole GPU);
 //! - the host reads this step's token, and the next call checks that the caller passes that very
 //!   token at the next position (greedy decoding does, with or without the logits read back). If
-//!   it passes another one (sampling, a forced token), the step
-//!   submitted ahead is waited for and dropped, and the step runs with the caller's token. Its KV
-//!   writes went to the position the new step writes again, so nothing reads them.
+//!   it passes another one (sampling, a forced token), the step submitted ahead is waited for and
+//!   dropped, and the step runs with the caller's token. Its KV writes went to the position the
+//!   new step writes again, so nothing reads them.
+//!
+//! On an H100 this takes the host off the path between steps, but not the device's own cost of a
+//! submission boundary, about 20 µs, which the host's round trip used to overlap
+//! (traces/bench/h100/persistent-kv-stage-chained/NOTES.md).
 //!
 //! A prompt step, a change of timestamps or attention path first waits for the step in flight and
 //! drops it (`drain_chain`), as does the end of generation (the step after the last token never
@@ -26,7 +31,7 @@
 //! time runs from the previous chained step's completion (the rate the caller sees), or from its
 //! submit where there was none.
 
-use anyhow::{anyhow, bail};
+use anyhow::anyhow;
 use profiler::trace::Counters;
 
 use super::{Engine, Prepared, StepRun};
@@ -36,13 +41,11 @@ use crate::exec::program::{Buf, Step, StepKind};
 use crate::exec::spans::SpanLog;
 use crate::generate::StepOutput;
 use crate::kv::window_start;
-use crate::vk::{BufRange, Cmd, Queue, host_now_ns};
+use crate::vk::host_now_ns;
 
 /// The state of the chain between decode calls.
 #[derive(Default)]
 pub(super) struct Chain {
-    /// The command buffers that copy the other slot's argmax into slot s's ids, by slot.
-    copy: [Option<Cmd>; 2],
     /// The step submitted ahead of its call.
     in_flight: Option<InFlight>,
     /// The slot the next submitted step uses.
@@ -68,7 +71,6 @@ pub(super) struct InFlight {
 /// The slot-1 twin of a host-visible per-step buffer.
 pub(super) fn alt_of(buf: Buf) -> Option<Buf> {
     match buf {
-        Buf::Ids => Some(Buf::IdsAlt),
         Buf::Params => Some(Buf::ParamsAlt),
         Buf::ArgmaxOut => Some(Buf::ArgmaxOutAlt),
         Buf::LogitsReadback => Some(Buf::LogitsReadbackAlt),
@@ -76,13 +78,15 @@ pub(super) fn alt_of(buf: Buf) -> Option<Buf> {
     }
 }
 
-/// Binds a lowered program's per-step buffers to their slot-1 twins.
-pub(super) fn bind_alt(steps: &mut [Step]) {
+/// Binds a lowered decode program to chain slot `slot`: its per-step buffers to the slot's
+/// (the `*Alt` twins in slot 1), and its token ids to the other slot's argmax.
+pub(super) fn bind_slot(steps: &mut [Step], slot: usize) {
     for st in steps.iter_mut() {
         for b in st.binds.iter_mut() {
-            if let Some(alt) = alt_of(b.range.buf) {
-                b.range.buf = alt;
-            }
+            b.range.buf = match b.range.buf {
+                Buf::Ids => Engine::slot_buf(Buf::ArgmaxOut, 1 - slot),
+                buf => Engine::slot_buf(buf, slot),
+            };
         }
     }
 }
@@ -103,41 +107,15 @@ impl Engine {
         self.opts.knobs.sync == Sync::Chained
     }
 
-    /// Under `--sync chained`, builds the second decode program (slot 1) and the two copy
-    /// command buffers; drops them otherwise. Called whenever the decode program is rebuilt.
+    /// Under `--sync chained`, builds the second decode program (slot 1); drops it otherwise.
+    /// Called whenever the decode program is rebuilt.
     pub(super) fn prepare_chain(&mut self) -> anyhow::Result<()> {
-        if !self.chained() {
-            self.decode_alt = None;
-            return Ok(());
-        }
-        let rows = self.opts.kv.batch.max(1);
-        self.decode_alt = Some(self.prepare_slot(rows, StepKind::Decode, 1)?);
-        for slot in 0..2 {
-            let cmd = match self.chain.copy[slot] {
-                Some(c) => c,
-                None => self.rec.new_cmd(Queue::Compute)?,
-            };
-            let src = Self::slot_buf(Buf::ArgmaxOut, 1 - slot);
-            let dst = Self::slot_buf(Buf::Ids, slot);
-            let (Some(src), Some(dst)) = (self.bufs.get(&src), self.bufs.get(&dst)) else {
-                bail!("internal: the chained steps' buffers are missing");
-            };
-            self.rec.begin(cmd)?;
-            self.rec.full_barrier(cmd);
-            self.rec.copy(
-                cmd,
-                BufRange {
-                    buffer: src,
-                    offset: 0,
-                    bytes: 4 * rows as u64,
-                },
-                dst,
-                0,
-            );
-            self.rec.full_barrier(cmd);
-            self.rec.end(cmd)?;
-            self.chain.copy[slot] = Some(cmd);
-        }
+        self.decode_alt = if self.chained() {
+            let rows = self.opts.kv.batch.max(1);
+            Some(self.prepare_slot(rows, StepKind::Decode, 1)?)
+        } else {
+            None
+        };
         Ok(())
     }
 
@@ -195,7 +173,7 @@ impl Engine {
     }
 
     /// Submits a decode step on the next slot: with the caller's `tokens`, or (None) with the
-    /// previous step's argmax, copied on the GPU.
+    /// previous step's argmax, which the program reads where that step left it.
     fn submit_chained(
         &mut self,
         tokens: Option<&[u32]>,
@@ -206,15 +184,8 @@ impl Engine {
         let token_span = log.open("token", 0);
         self.ensure_blocks(rows)?;
         let slot = self.chain.next_slot;
-        let first = match tokens {
-            Some(_) => None,
-            None => Some(
-                self.chain.copy[slot]
-                    .ok_or_else(|| anyhow!("internal: the chained steps' copy is missing"))?,
-            ),
-        };
         let mut p = self.take_slot(slot)?;
-        let r = self.submit_prepared(&mut p, tokens, rows, &mut log, first);
+        let r = self.submit_prepared(&mut p, tokens, rows, &mut log);
         self.put_slot(p);
         r?;
         self.chain.next_slot = 1 - slot;
