@@ -167,10 +167,21 @@ pub fn sweep(
 }
 
 /// A `--also` setting, PRESET:KNOB=VALUE[:KNOB=VALUE...], as `(name, knobs)`; the name is the
-/// way the ablation writes it (`fused --kernels persistent`).
+/// way the ablation writes it (`fused --kernels persistent`). A value may hold a colon itself
+/// (`submit=every:4`): a piece without `=` continues the value before it.
 pub fn parse_setting(spec: &str) -> anyhow::Result<Setting> {
-    let mut parts = spec.split(':');
-    let preset = parts.next().unwrap_or_default();
+    let mut pieces = spec.split(':');
+    let preset = pieces.next().unwrap_or_default();
+    let mut parts: Vec<String> = Vec::new();
+    for piece in pieces {
+        match parts.last_mut() {
+            Some(last) if !piece.contains('=') => {
+                last.push(':');
+                last.push_str(piece);
+            }
+            _ => parts.push(piece.to_string()),
+        }
+    }
     let mode = <Mode as clap::ValueEnum>::from_str(preset, true).map_err(|_| {
         anyhow::anyhow!(
             "--also {spec:?}: {preset:?} is not a preset; start with generic: or fused:"
@@ -179,7 +190,7 @@ pub fn parse_setting(spec: &str) -> anyhow::Result<Setting> {
     let mut knobs = Knobs::preset(mode);
     let mut name = mode.name().to_string();
     let mut any = false;
-    for part in parts {
+    for part in &parts {
         let (knob, value) = part.split_once('=').ok_or_else(|| {
             anyhow::anyhow!(
                 "--also {spec:?}: {part:?} is not KNOB=VALUE (for example kernels=persistent)"
@@ -1076,7 +1087,22 @@ fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::knobs::{Kernels, Submit, Sync};
     use profiler::trace::GpuSpan;
+
+    #[test]
+    fn also_settings_take_values_with_colons() {
+        let (name, k) = parse_setting("fused:submit=every:4:sync=chained").expect("setting");
+        assert_eq!(name, "fused --submit every:4 --sync chained");
+        assert_eq!((k.submit, k.sync), (Submit::Every(4), Sync::Chained));
+        let (_, k) = parse_setting("fused:kernels=persistent").expect("setting");
+        assert_eq!(k.kernels, Kernels::Persistent);
+        let err = parse_setting("fused:every:4")
+            .expect_err("no knob")
+            .to_string();
+        assert!(err.contains("\"every:4\" is not KNOB=VALUE"), "{err}");
+        assert!(parse_setting("fused").is_err());
+    }
 
     /// A step of two spans: op 0 (`other` us) then op 1 (`picked` us).
     fn step(other: u64, picked: u64) -> TokenRecord {
