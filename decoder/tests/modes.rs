@@ -156,9 +156,9 @@ fn single_knob_changes_match_reference_on_tiny() {
 }
 
 /// `--sync chained` (each decode step submitted before the host waits for the one before, its
-/// token copied on the GPU) over 200 steps: under the fused kernels, under the persistent kernel,
+/// token passed on the GPU) over 200 steps: under the fused kernels, under the persistent kernel,
 /// and with a chunked, re-recorded program whose transient descriptor sets each step in flight
-/// keeps apart (submit per dispatch, descriptors per dispatch, recording every token).
+/// keeps apart (a submit every 16 dispatches, descriptors per dispatch, recording every token).
 #[test]
 fn chained_steps_match_reference_on_tiny() {
     let chained = Knobs {

@@ -3,7 +3,7 @@
 //! | knob | generic preset | fused preset |
 //! |---|---|---|
 //! | `submit` | `dispatch` | `token` |
-//! | `sync` | `submit` | `token` (`chained`: one step ahead, the token copied on the GPU) |
+//! | `sync` | `submit` | `token` (`chained`: one step ahead, the token passed on the GPU) |
 //! | `descriptors` | `per-dispatch` | `bound-once` |
 //! | `barriers` | `full` | `tracked` |
 //! | `kernels` | `primitive` | `fused` |
@@ -33,9 +33,9 @@ pub enum Sync {
     /// Only before the token's readback.
     Token,
     /// One token ahead: the next decode step is submitted before the host waits for this one,
-    /// its input token copied on the GPU from this step's argmax, so the GPU runs the steps back
-    /// to back with no host round trip between them (needs the GPU argmax: `--kernels fused` or
-    /// `persistent`).
+    /// and reads its input token on the GPU where this step leaves its argmax, so the GPU runs
+    /// the steps back to back with no host round trip between them (needs the GPU argmax:
+    /// `--kernels fused` or `persistent`).
     Chained,
 }
 
@@ -158,7 +158,7 @@ impl Knobs {
                 .into());
         }
         if self.sync == Sync::Chained && self.kernels == Kernels::Primitive {
-            return Err("--sync chained copies each token on the GPU from the step's argmax, which --kernels primitive \
+            return Err("--sync chained passes each token on the GPU from the step's argmax, which --kernels primitive \
                         leaves to the host; use --kernels fused or persistent"
                 .into());
         }
@@ -369,7 +369,7 @@ pub struct KnobArgs {
     /// When recorded work is submitted: dispatch | every:N | per-layer | token.
     #[arg(long)]
     pub submit: Option<Submit>,
-    /// When the host waits: submit | token | chained (one step ahead, token ids copied on the GPU).
+    /// When the host waits: submit | token | chained (one step ahead, the token passed on the GPU).
     #[arg(long)]
     pub sync: Option<Sync>,
     /// How buffers are bound: per-dispatch | cached | bound-once | push.
