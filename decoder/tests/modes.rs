@@ -12,6 +12,7 @@ use decoder::generate::Backend;
 use decoder::generate::{GenerateOptions, Generation, generate};
 use decoder::kv::KvConfig;
 use decoder::model::Model;
+use decoder::vk::Gpu;
 
 /// The seeds' bar for logits: relative RMS per step.
 const LOGITS_REL_RMS: f64 = 5e-3;
@@ -50,16 +51,21 @@ fn reference(model: &Model, ids: &[u32], steps: usize) -> Generation {
     .expect("CPU generation")
 }
 
+/// An engine for `model` under `knobs` holding `max_seq` positions, reading the logits back.
+fn engine(gpu: &Gpu, model: &Model, knobs: Knobs, max_seq: usize) -> Engine {
+    let opts = EngineOptions {
+        knobs,
+        timestamps: Timestamps::Token,
+        max_seq: max_seq as u32,
+        kv: KvConfig::default(),
+        logits_readback: true,
+    };
+    Engine::new(gpu, &model.config, &model.weights, opts).expect("engine")
+}
+
 fn on_gpu(model: &Model, knobs: Knobs, ids: &[u32], steps: usize) -> Generation {
     common::with_gpu(|gpu| {
-        let opts = EngineOptions {
-            knobs,
-            timestamps: Timestamps::Token,
-            max_seq: (ids.len() + steps + 1) as u32,
-            kv: KvConfig::default(),
-            logits_readback: true,
-        };
-        let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).expect("engine");
+        let mut engine = engine(gpu, model, knobs, ids.len() + steps + 1);
         generate(
             &mut engine,
             &model.tokenizer,
@@ -211,14 +217,7 @@ fn chained_steps_follow_the_tokens_the_caller_passes() {
             .expect("CPU reference");
         cpu.set_kv(true, 0);
         common::with_gpu(|gpu| {
-            let opts = EngineOptions {
-                knobs,
-                timestamps: Timestamps::Token,
-                max_seq: (ids.len() + steps + 1) as u32,
-                kv: KvConfig::default(),
-                logits_readback: true,
-            };
-            let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).expect("engine");
+            let mut engine = engine(gpu, &model, knobs, ids.len() + steps + 1);
             let mut want = cpu.step(&ids, 0, true).expect("reference prompt");
             let mut got = engine.step(&ids, 0, true).expect("GPU prompt");
             for (i, pos) in (ids.len()..).take(steps).enumerate() {
