@@ -878,7 +878,9 @@ impl Engine {
         self.prepare_slot(n_tokens, kind, 0)
     }
 
-    /// A program; slot 1 binds the `*Alt` buffers of a chained second decode program.
+    /// [`Engine::prepare`] for chain slot `slot`: a decode program under `--sync chained` is
+    /// bound to that slot's buffers and reads its ids from the other slot's argmax
+    /// (`engine/chain.rs`); every other program ignores `slot`.
     fn prepare_slot(
         &mut self,
         n_tokens: u32,
