@@ -126,6 +126,9 @@ pub fn table(devices: &[DeviceInfo], probes: &[Option<Bandwidth>]) -> String {
                 "no".into()
             }
         }),
+        ("compute shared memory", |d| {
+            format!("{} KiB per workgroup", d.max_compute_shared_memory >> 10)
+        }),
         ("subgroup size", |d| d.subgroup_size.to_string()),
         ("subgroup arithmetic", |d| yes(d.subgroup_arithmetic)),
         ("subgroup shuffle", |d| yes(d.subgroup_shuffle)),
