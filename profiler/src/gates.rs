@@ -4,7 +4,7 @@
 //! [[gate]]
 //! name = "no extra submits"      # optional; defaults to a description of the rule
 //! metric = "submits"             # a counter, host_enqueue_us, host_wait_us, gpu_us, wall_us,
-//!                                # tokens_identical, counters_identical or comparable
+//!                                # gpu_gap_us, tokens_identical, counters_identical or comparable
 //! statistic = "median"           # min, median (default), mean, p90, p99, max, std_dev, cv
 //! phase = "decode"               # decode (default) or prefill
 //! direction = "no-increase"      # see below

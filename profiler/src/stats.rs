@@ -17,8 +17,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::trace::{Counters, GpuSpan, OpInfo, Phase, TokenRecord, Trace};
 
-/// Times summarized per token, in microseconds.
-pub const TIME_METRICS: [&str; 4] = ["host_enqueue_us", "host_wait_us", "gpu_us", "wall_us"];
+/// Times summarized per token, in microseconds. `gpu_gap_us` is the GPU's idle time before a
+/// step: from the previous step's last GPU span to this step's first, on the host timeline (only
+/// where the GPU clock was calibrated against it).
+pub const TIME_METRICS: [&str; 5] = [
+    "host_enqueue_us",
+    "host_wait_us",
+    "gpu_us",
+    "wall_us",
+    "gpu_gap_us",
+];
 
 /// The number of decode tokens skipped when the user does not say.
 pub const DEFAULT_SKIP: usize = 2;
@@ -405,11 +413,20 @@ pub(crate) fn phase_samples(trace: &Trace, phase: Phase, skip: usize) -> PhaseSa
         .iter()
         .map(|r| gpu_busy_ns(trace, r).map(us))
         .collect();
+    let gaps: Option<Vec<f64>> = if trace.meta.clock.calibrated {
+        steps
+            .iter()
+            .map(|&i| gpu_gap_ns(&trace.tokens, i).map(us))
+            .collect()
+    } else {
+        None
+    };
     let times = vec![
         records.iter().map(|r| us(r.host_enqueue_ns)).collect(),
         records.iter().map(|r| us(r.host_wait_ns)).collect(),
         gpu.unwrap_or_default(),
         records.iter().map(|r| us(r.wall_ns)).collect(),
+        gaps.unwrap_or_default(),
     ];
     PhaseSamples {
         tokens: records.iter().map(|r| r.n_tokens as u64).sum(),
@@ -417,6 +434,21 @@ pub(crate) fn phase_samples(trace: &Trace, phase: Phase, skip: usize) -> PhaseSa
         counters,
         times,
     }
+}
+
+/// The GPU's idle time before step `i` of a trace's `tokens`: from the end of step `i - 1`'s last
+/// GPU span to the start of step `i`'s first (0 where they overlap); `None` for the first step or
+/// where either has no GPU spans.
+pub fn gpu_gap_ns(tokens: &[TokenRecord], i: usize) -> Option<u64> {
+    let prev = tokens.get(i.checked_sub(1)?)?;
+    let cur = tokens.get(i)?;
+    let end = prev
+        .gpu_spans
+        .iter()
+        .map(|s| s.start_ns() + s.dur_ns())
+        .max()?;
+    let start = cur.gpu_spans.iter().map(|s| s.start_ns()).min()?;
+    Some(start.saturating_sub(end))
 }
 
 /// GPU busy time of a step: the recorded value, else the union of its dispatch spans (or of all
@@ -671,6 +703,28 @@ mod tests {
             GpuSpan(0, 20, 5, 0, 0),
         ];
         assert_eq!(union_ns(&s), 20);
+    }
+
+    #[test]
+    fn gpu_gap_runs_from_one_steps_last_span_to_the_next_ones_first() {
+        let step = |spans: Vec<GpuSpan>| TokenRecord {
+            gpu_spans: spans,
+            ..Default::default()
+        };
+        let tokens = [
+            step(vec![GpuSpan(0, 100, 50, 0, 0), GpuSpan(1, 160, 40, 0, 0)]),
+            step(vec![GpuSpan(0, 230, 10, 0, 0), GpuSpan(1, 215, 5, 0, 0)]),
+            step(vec![GpuSpan(0, 235, 10, 0, 0)]),
+            step(vec![]),
+            step(vec![GpuSpan(0, 400, 10, 0, 0)]),
+        ];
+        // 200 -> 215; overlapping spans give 0; no spans on either side gives none.
+        assert_eq!(gpu_gap_ns(&tokens, 0), None);
+        assert_eq!(gpu_gap_ns(&tokens, 1), Some(15));
+        assert_eq!(gpu_gap_ns(&tokens, 2), Some(0));
+        assert_eq!(gpu_gap_ns(&tokens, 3), None);
+        assert_eq!(gpu_gap_ns(&tokens, 4), None);
+        assert_eq!(gpu_gap_ns(&tokens, 5), None);
     }
 
     #[test]
