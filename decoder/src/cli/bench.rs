@@ -239,6 +239,9 @@ pub struct Row {
     pub host_enqueue_us: f64,
     /// GPU busy time of one decode step, median (timestamps on).
     pub gpu_us: Option<f64>,
+    /// The GPU's idle time before a decode step, median: from the last step's last GPU span to
+    /// this one's first (`profiler::stats::gpu_gap_ns`; timestamps on, clock calibrated).
+    pub gpu_gap_us: Option<f64>,
     /// GPU time of the attention ops (attention kernels and the paged gather, or the persistent
     /// kernel's attention and merge phases) per decode step: their median share of a step's GPU
     /// time over the dispatch-level breakdown steps, times `gpu_us` (the sum itself when the
@@ -328,8 +331,8 @@ fn opt(v: Option<f64>) -> String {
 /// The sweep as a Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| setting | kv | batch | context | timestamps | tokens/s | ms/step | host enqueue us | GPU us | attention GPU us | submits | barriers | descriptor writes | dispatches | KV bytes copied | MB/step | GB/s | roofline | prompt tokens/s | same tokens |\n\
-         |---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| setting | kv | batch | context | timestamps | tokens/s | ms/step | host enqueue us | GPU us | GPU gap us | attention GPU us | submits | barriers | descriptor writes | dispatches | KV bytes copied | MB/step | GB/s | roofline | prompt tokens/s | same tokens |\n\
+         |---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         let kv = if r.paged_attention.is_empty() {
@@ -338,7 +341,7 @@ pub fn table(rows: &[Row]) -> String {
             format!("{} {}", r.kv, r.paged_attention)
         };
         out.push_str(&format!(
-            "| {} | {kv} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {kv} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.setting,
             r.batch,
             r.context,
@@ -347,6 +350,7 @@ pub fn table(rows: &[Row]) -> String {
             fmt(r.ms_per_step),
             fmt(r.host_enqueue_us),
             opt(r.gpu_us),
+            opt(r.gpu_gap_us),
             opt(r.attention_gpu_us),
             r.submits,
             r.barriers,
@@ -990,6 +994,16 @@ fn measure(
         .filter(|t| t.phase == Phase::Decode)
         .collect();
     let m = medians(&timed);
+    let gaps: Vec<f64> = if engine.clock().calibrated {
+        let recs = engine.records();
+        (timed_from..timed_to)
+            .filter(|&i| recs[i].phase == Phase::Decode)
+            .filter_map(|i| profiler::stats::gpu_gap_ns(recs, i).map(|g| g as f64 / 1e3))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let gpu_gap_us = (!gaps.is_empty()).then(|| median(gaps));
     let decode_steps = timed.len();
     let (attention_gpu_us, gather_gpu_us) = if args.breakdown > 0 {
         engine.set_timestamps(Timestamps::Dispatch)?;
@@ -1059,6 +1073,7 @@ fn measure(
         ms_per_step: m.wall_us / 1e3,
         host_enqueue_us: m.host_enqueue_us,
         gpu_us: m.gpu_us,
+        gpu_gap_us,
         attention_gpu_us,
         gather_gpu_us,
         submits: m.submits,
