@@ -32,7 +32,7 @@
 //! submit where there was none.
 
 use anyhow::anyhow;
-use profiler::trace::Counters;
+use profiler::trace::{Counters, GpuSpan};
 
 use super::{Engine, Prepared, StepRun};
 use crate::exec::kernels::RowParams;
@@ -163,10 +163,8 @@ impl Engine {
 
     fn drop_step(&mut self, f: InFlight) -> anyhow::Result<()> {
         self.chain.last_done_ns = None;
-        let mut p = self.take_slot(f.slot)?;
         let mut log = f.log;
-        let r = self.complete_prepared(&mut p, f.rows.len() as u32, &mut log, f.start_ns);
-        self.put_slot(p);
+        let r = self.wait_slot(f.slot, f.rows.len(), &mut log, f.start_ns);
         // Its counters are no step's.
         self.rec.take_counters();
         r.map(|_| ())
@@ -202,11 +200,9 @@ impl Engine {
 
     /// Waits for a chained step and records it.
     fn complete_chained(&mut self, f: InFlight) -> anyhow::Result<Vec<StepOutput>> {
-        let mut p = self.take_slot(f.slot)?;
         let mut log = f.log;
-        let r = self.complete_prepared(&mut p, f.rows.len() as u32, &mut log, f.start_ns);
-        self.put_slot(p);
-        let (outs, gpu_spans, gpu_busy) = r?;
+        let (outs, gpu_spans, gpu_busy) =
+            self.wait_slot(f.slot, f.rows.len(), &mut log, f.start_ns)?;
         log.close(f.token_span);
         let done = host_now_ns();
         let from = self
@@ -228,6 +224,21 @@ impl Engine {
             gpu_busy,
         });
         Ok(outs)
+    }
+
+    /// Waits for the step of `n` rows that slot `slot`'s program runs and reads it back.
+    #[allow(clippy::type_complexity)]
+    fn wait_slot(
+        &mut self,
+        slot: usize,
+        n: usize,
+        log: &mut SpanLog,
+        start_ns: u64,
+    ) -> anyhow::Result<(Vec<StepOutput>, Vec<GpuSpan>, Option<u64>)> {
+        let mut p = self.take_slot(slot)?;
+        let r = self.complete_prepared(&mut p, n as u32, log, start_ns);
+        self.put_slot(p);
+        r
     }
 
     fn take_slot(&mut self, slot: usize) -> anyhow::Result<Prepared> {
