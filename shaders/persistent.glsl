@@ -1204,12 +1204,29 @@ bool better(float v, uint i, float bv, uint bi) {
     return i != NONE && (bi == NONE || v > bv || (v == bv && i < bi));
 }
 
-// Folds the pairs (red_f[i], red_u[i]) for i = from, from + step, ... below WG into (bv, bi).
-void fold_best(uint from, uint step, inout float bv, inout uint bi) {
-    for (uint i = from; i < WG; i += step) {
-        if (better(red_f[i], red_u[i], bv, bi)) {
-            bv = red_f[i];
-            bi = red_u[i];
+// The best of every invocation's (bv, bi), in invocation 0: the subgroups' bests (the largest
+// value, then the lowest index with it; a pair without an index has the value -inf and the
+// index NONE, so it loses to every pair with one) meet in red_f and red_u, and invocation 0
+// folds those NSG. (Invocation 0 folding all WG pairs in a serial loop took several us of the
+// step's tail on an H100: traces/bench/h100/persistent-attn-o/NOTES.md.) The caller's next
+// barrier frees red_f and red_u.
+void wg_best(inout float bv, inout uint bi) {
+    const uint NONE = 0xffffffffu;
+    float sv = subgroupMax(bv);
+    uint si = subgroupMin(bv == sv ? bi : NONE);
+    if (subgroupElect()) {
+        red_f[gl_SubgroupID] = sv;
+        red_u[gl_SubgroupID] = si;
+    }
+    barrier();
+    if (gl_LocalInvocationIndex == 0u) {
+        bv = sv;
+        bi = si;
+        for (uint i = 1u; i < NSG; i++) {
+            if (better(red_f[i], red_u[i], bv, bi)) {
+                bv = red_f[i];
+                bi = red_u[i];
+            }
         }
     }
 }
@@ -1265,11 +1282,8 @@ void phase_head() {
                 }
             }
         }
-        red_f[tid] = bv;
-        red_u[tid] = bi;
-        barrier();
+        wg_best(bv, bi);
         if (tid == 0u) {
-            fold_best(SG, SG, bv, bi);
             sy.best[2u * (t * G + gl_WorkGroupID.x)] = floatBitsToUint(bv);
             sy.best[2u * (t * G + gl_WorkGroupID.x) + 1u] = bi;
         }
@@ -1294,11 +1308,8 @@ void phase_argmax() {
                 bi = i;
             }
         }
-        red_f[tid] = bv;
-        red_u[tid] = bi;
-        barrier();
+        wg_best(bv, bi);
         if (tid == 0u) {
-            fold_best(1u, 1u, bv, bi);
             result[t] = bi;
             result[n + t] = floatBitsToUint(bv);
         }
