@@ -1,12 +1,14 @@
 // The persistent token kernel (`--kernels persistent`), included by persistent.comp and by
 // persistent_clocked.comp (PHASE_CLOCKS defined). One dispatch runs a whole decode step (one
 // token per sequence, ROWS rows) through every layer. Its GRID workgroups (G below, the grid as
-// the host's residency probe sized it) meet at device-scope barriers between phases:
+// the host's residency probe sized it) hand each phase's results to the next, at device-scope
+// barriers or as tagged words (below):
 //
 //   per layer l:  A  QKV matvec, RMSNorm folded (layer 0 reads the embedding rows directly);
 //                    the layer's residual rows are set up (below)
-//                    while the grid meets after A, the first block of K and V rows of the first
-//                    unit of the first KV_STAGE subgroups goes into shared memory (stage_kv)
+//                    after A (at layer 0 while the grid meets), the first block of K and V rows
+//                    of the first unit of the first KV_STAGE subgroups goes into shared memory
+//                    (stage_kv)
 //                 C  split-K attention: a subgroup per (row, KV head, split) of whole blocks of
 //                    SG positions, online softmax, partials (m, l, o) per query head. Each
 //                    subgroup applies q RMSNorm + RoPE to its query heads itself and keeps them
@@ -24,14 +26,18 @@
 //                    time; each workgroup keeps the argmax of its rows; the last workgroup to
 //                    finish (an atomic count) reduces them.
 //
-// That is 4 barriers per layer. The o- and down-projections are split over the grid by their
-// input (a head's dims, a workgroup's channels), not by their output rows, so neither needs a
-// barrier of its own: each workgroup adds its part of every output with float atomics. The
-// residual stream lives in x as rows R0, R1 and D: layer l reads R[l % 2] and builds R[(l + 1)
-// % 2]. Phase A copies R[l % 2] into R[(l + 1) % 2] and clears D (an element per invocation);
-// MO adds the o-projection into D; UD reads R[l % 2] + D, adds D and the down-projection into
-// R[(l + 1) % 2], which nothing reads in that phase. Atomics sum in no fixed order, so the last
-// bits of the residual (and of the logits) can differ between runs.
+// A to C and C to MO hand over tagged words, which the reader polls (see "tagged words"); MO to
+// UD and UD to the next layer's A are grid barriers, since their values are sums of float
+// atomics, which carry no tag (and layer 0's A to C is one too). So 2 grid barriers per layer.
+// The o- and down-projections are split over the grid by their input (a head's dims, a
+// workgroup's channels), not by their output rows, so neither needs a barrier of its own: each
+// workgroup adds its part of every output with float atomics. The residual stream lives in x as
+// rows R0, R1, D0 and D1: layer l reads R[l % 2] and builds R[(l + 1) % 2], and its o-projection
+// sums into D[l % 2]. Phase A copies R[l % 2] into R[(l + 1) % 2] and clears D[(l + 1) % 2] (an
+// element per invocation); MO adds the o-projection into D[l % 2]; UD reads R[l % 2] + D[l % 2],
+// adds D[l % 2] and the down-projection into R[(l + 1) % 2], which nothing reads in that phase.
+// Atomics sum in no fixed order, so the last bits of the residual (and of the logits) can differ
+// between runs.
 //
 // The matvec phases A and UD give each row to KS subgroups of one workgroup (KS > 1 when the
 // grid has more subgroups than twice the rows; their sums meet in shared memory) after the
@@ -69,8 +75,9 @@
 // workgroup to finish the step (the `done` count reaches G, so no workgroup is still waiting)
 // sets both back to 0 for the next step.
 //
-// Memory model: activations, partials, the sync words and the KV caches are `coherent` (their
-// loads and stores go to the device's coherent level, bypassing incoherent caches). A grid
+// Memory model: the residual rows, the sync words and the KV caches are `coherent` (their loads
+// and stores go to the device's coherent level, bypassing incoherent caches); the tagged words
+// are device-scope atomics, which carry their own order (a value and its tag are one word). A grid
 // barrier's arrival is memoryBarrier() + barrier() in every invocation (release), then one
 // invocation's atomic add; its wait is that invocation's polls of the counter as device-scope
 // acquire loads, then a workgroup control barrier with buffer and shared semantics, which orders
@@ -82,8 +89,9 @@
 // model. Weights are read-only during the dispatch.
 //
 // Phase clocks (PHASE_CLOCKS): workgroup 0's first invocation writes the device clock when the
-// step starts and as it leaves each barrier (clk[k] after barrier k); the workgroup that reduces
-// the argmax writes it at the end (clk[4 layers + 1]). The host maps them onto the dispatch's
+// step starts and as it leaves each hand-off (clk[4 l + k] after phase k of layer l: a barrier's
+// wait, or its first polls for tagged words that all carried their tag); the workgroup that
+// reduces the argmax writes it at the end (clk[4 layers + 1]). The host maps them onto the dispatch's
 // timestamps as one GPU span per phase.
 //
 // Per-layer weights and caches are reached through buffer device addresses (`ptrs`, 11 per
@@ -91,9 +99,9 @@
 // wdown^T).
 // Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
 // u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
-// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [3, n, hidden] (R0, R1, D), 10 qkv f32
-// [n, qkv_rows], 11 phase clocks uvec2 [4 layers + 2], 12 partial f32 [n, heads, max_splits,
-// hd + 4], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n + 1].
+// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [4, n, hidden] (R0, R1, D0, D1), 10 qkv
+// tagged words [n, qkv_rows], 11 phase clocks uvec2 [4 layers + 2], 12 partial tagged words [n,
+// heads, max_splits, hd + 4], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n + 1].
 // Spec: 0 WG, 1 SG (the subgroup size), 2 QK_NORM, 3 GQ (query heads per KV head), 4..7 the KV
 // layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: at least (hidden + intermediate +
 // NSG + DE) / 4 for a staged row, the MLP's activations and DE zeros, NSG * OC / 4 for the merge
@@ -112,6 +120,8 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_shader_atomic_float : require
 #extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_shader_atomic_int64 : require
 #ifdef PHASE_CLOCKS
 #extension GL_EXT_shader_realtime_clock : require
 #endif
@@ -148,8 +158,9 @@ layout(constant_id = 23) const uint KV_STAGE = 0;
 
 const uint NSG = WG / SG;
 #define NEG_INF uintBitsToFloat(0xff800000u)
-// Barriers per layer (A, C, MO, UD).
-const uint BARRIERS_PER_LAYER = 4;
+// Phases per layer (A, C, MO, UD), each ending at a hand-off (a grid barrier or tagged words):
+// the phase clocks' slots.
+const uint PHASES_PER_LAYER = 4;
 // uvec4s per lane of a matvec row loaded while the grid meets, for PF_SETS (pass, matrix) sets:
 // the first PF_SETS passes of a one-matrix phase (QKV), the first PF_SETS / 2 of gate/up's two.
 const uint PF = 4;
@@ -157,6 +168,8 @@ const uint PF_SETS = 4;
 // lm_head rows a subgroup reads at a time, and the chunks per lane of each read at once.
 const uint HR = 4;
 const uint HC = 4;
+// vec4s of a block's V rows (SG positions) each lane holds.
+const uint VR = SG * VPL;
 // vec4s of one query head's softmax weights for a block (SG positions).
 const uint PJ4 = (SG + 3u) / 4u;
 
@@ -176,7 +189,7 @@ layout(buffer_reference, std430, buffer_reference_align = 16) writeonly buffer K
 layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) readonly buffer Ids { uint ids[]; };
 layout(set = 0, binding = 2) readonly buffer Ptrs { uvec2 ptrs[]; };
-layout(set = 0, binding = 4) coherent volatile buffer Sync { uint arrive; uint done; uint fail; uint pad; uint best[]; } sy;
+layout(set = 0, binding = 4) coherent volatile buffer Sync { uint arrive; uint done; uint fail; uint epoch; uint best[]; } sy;
 layout(set = 0, binding = 5) readonly buffer Embed { uvec4 embed8[]; };
 layout(set = 0, binding = 6) readonly buffer Head { uvec4 head8[]; };
 layout(set = 0, binding = 7) readonly buffer FinalNorm { vec4 final_norm4[]; };
@@ -187,13 +200,11 @@ layout(set = 0, binding = 8) readonly buffer Rope4 { vec4 rope4[]; };
 layout(set = 0, binding = 9) coherent buffer X { float x[]; };
 // The same rows as vec4s (every row starts at a multiple of 4 elements: hidden is a multiple of 8).
 layout(set = 0, binding = 9) coherent buffer X4 { vec4 x4v[]; };
-layout(set = 0, binding = 10) coherent buffer Qkv { float qkv[]; };
-// The same as vec4s (a head starts at a multiple of 16 elements).
-layout(set = 0, binding = 10) coherent buffer Qkv4 { vec4 qkv4[]; };
+// Tagged words (see "tagged words" below): qkv [n, qkv_rows].
+layout(set = 0, binding = 10) buffer Qkv { uint64_t qkv_ll[]; };
 layout(set = 0, binding = 11) writeonly buffer Clocks { uvec2 clk[]; };
-layout(set = 0, binding = 12) coherent buffer Partial { float partial[]; };
-// The same as vec4s: a partial is (m, l, 2 unused, hd sums), so its sums are whole vec4s.
-layout(set = 0, binding = 12) coherent buffer Partial4 { vec4 partial4v[]; };
+// Tagged words: a partial is (m, l, 2 unused, hd sums), so its sums start at a multiple of 4.
+layout(set = 0, binding = 12) buffer Partial { uint64_t part_ll[]; };
 layout(set = 0, binding = 13) writeonly buffer Logits { float logits[]; };
 layout(set = 0, binding = 14) writeonly buffer Out { uint result[]; };
 
@@ -248,7 +259,7 @@ void grid_arrive() {
 // Waits until every workgroup has arrived. Returns false when the step failed (the caller
 // leaves). The polls are acquire loads, and the control barrier passes the acquire on to the
 // workgroup: no fence, which would wait for the loads issued since the arrival.
-bool grid_wait() {
+bool grid_wait(uint clock_at) {
     if (gl_LocalInvocationIndex == 0) {
         uint target = barriers * GRID;
         bool ok = true;
@@ -269,13 +280,13 @@ bool grid_wait() {
     }
     controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, gl_StorageSemanticsBuffer | gl_StorageSemanticsShared, gl_SemanticsAcquireRelease);
     bool ok = !flag_sh;
-    phase_clock(barriers);
+    phase_clock(clock_at);
     return ok;
 }
 
 bool grid_sync() {
     grid_arrive();
-    return grid_wait();
+    return grid_wait(0u);
 }
 
 // The end of a step for this workgroup: true in the last one to get here, when every other
@@ -289,12 +300,82 @@ bool last_to_finish() {
         if (last) {
             atomicExchange(sy.arrive, 0u);
             atomicExchange(sy.done, 0u);
+            // The next step's tags (see "tagged words").
+            atomicAdd(sy.epoch, 1u);
         }
         flag_sh = last;
     }
     barrier();
     memoryBarrier();
     return flag_sh;
+}
+
+// ---- tagged words ----
+//
+// Two of a layer's four hand-offs need no grid barrier: the QKV phase's rows to the attention,
+// and the attention's partials to the merge. Their values travel as tagged words, a 64-bit
+// atomic (value bits, tag) where the tag names the step and layer that wrote it; a reader polls
+// the words it needs until every one carries the tag it expects. One round trip to the coherent
+// level instead of the writer's fence, the arrival, the polls of the counter and the reader's
+// loads after them. Each word is written once per layer, so a word read too early carries an
+// older tag and is read again. Tags count steps (the sync buffer's epoch, which the last
+// workgroup of a step advances and the host never resets) times layers, from 1; the host zeroes
+// both buffers once, so no word holds a tag before it is written.
+
+uint tag_base = 0u;
+
+uint ll_tag(uint l) {
+    uint t = tag_base * LAYERS + l + 1u;
+    return t == 0u ? 1u : t;
+}
+
+uint64_t ll_word(float v, uint tag) { return packUint2x32(uvec2(floatBitsToUint(v), tag)); }
+
+// The value of word w, and ok cleared where its tag is not `tag`.
+float ll_value(uint64_t w, uint tag, inout bool ok) {
+    uvec2 u = unpackUint2x32(w);
+    ok = ok && u.y == tag;
+    return uintBitsToFloat(u.x);
+}
+
+void qkv_put(uint i, float v, uint tag) {
+    atomicStore(qkv_ll[i], ll_word(v, tag), gl_ScopeDevice, gl_StorageSemanticsNone, gl_SemanticsRelaxed);
+}
+
+void part_put(uint i, float v, uint tag) {
+    atomicStore(part_ll[i], ll_word(v, tag), gl_ScopeDevice, gl_StorageSemanticsNone, gl_SemanticsRelaxed);
+}
+
+float part_get(uint i, uint tag, inout bool ok) {
+    return ll_value(atomicLoad(part_ll[i], gl_ScopeDevice, gl_StorageSemanticsNone, gl_SemanticsRelaxed), tag, ok);
+}
+
+// Elements i .. i + 3 of qkv.
+vec4 qkv_get4(uint i, uint tag, inout bool ok) {
+    vec4 v;
+    [[unroll]] for (uint c = 0; c < 4u; c++) {
+        v[c] = ll_value(atomicLoad(qkv_ll[i + c], gl_ScopeDevice, gl_StorageSemanticsNone, gl_SemanticsRelaxed), tag, ok);
+    }
+    return v;
+}
+
+// Elements i .. i + 3 of the partials.
+vec4 part_get4(uint i, uint tag, inout bool ok) {
+    vec4 v;
+    [[unroll]] for (uint c = 0; c < 4u; c++) v[c] = part_get(i + c, tag, ok);
+    return v;
+}
+
+// Before another round of polls of tagged words: false when the wait ran out (the step fails)
+// or another workgroup failed the step. The caller then goes on with what it has; the step's
+// status word reports the failure, and no workgroup waits for ever.
+bool ll_again(inout uint spins) {
+    spins++;
+    if (spins > pc.spin_limit) {
+        fail_step();
+        return false;
+    }
+    return (spins & 255u) != 0u || sy.fail == 0u;
 }
 
 // ---- helpers ----
@@ -335,6 +416,9 @@ float wg_sum(float v) {
 // The residual stream's rows in x: R0, R1, then D (see binding 9).
 uint res_at(uint k) { return k * ROWS * HIDDEN; }
 
+// The o-projection's sum of layer l: D[l % 2], after R0 and R1.
+uint d_at(uint l) { return res_at(2u + l % 2u); }
+
 // Elements o .. o + 3 of x (o a multiple of 4): one load.
 vec4 x4(uint o) { return x4v[o / 4u]; }
 
@@ -343,7 +427,7 @@ const uint SRC_X = 0, SRC_EMBED = 1, SRC_XD = 2;
 
 // Stages input row t (hidden values) of `src` into xs, multiplied by the norm weights `norm`
 // (the RMS scale is returned). `k` picks the residual row R[k]. Ends with a barrier.
-float stage(uint src, uint t, uint k, uvec2 norm) {
+float stage(uint src, uint t, uint k, uint d, uvec2 norm) {
     uint tid = gl_LocalInvocationIndex;
     uint cols = HIDDEN, n4 = cols / 4;
     float ss = 0.0;
@@ -355,7 +439,7 @@ float stage(uint src, uint t, uint k, uvec2 norm) {
             v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
         } else {
             v = x4(res_at(k) + o);
-            if (src == SRC_XD) v += x4(res_at(2u) + o);
+            if (src == SRC_XD) v += x4(d + o);
         }
         ss += dot(v, v);
         xs[i] = v * (i == tid ? norm_pf : F32Ref(norm).v4[i]);
@@ -542,10 +626,12 @@ void embed_rows() {
     }
 }
 
-// A: qkv[t] = W_qkv . norm(R[l % 2][t]) (layer 0: the embedding row). The grid also sets up the
-// residual rows of the layer, an element per invocation: R[(l + 1) % 2] = R[l % 2] (at layer 0
-// the embedding rows, which embed_rows() wrote) and D = 0; phases MO and UD add to them with
-// atomics.
+// A: qkv[t] = W_qkv . norm(R[l % 2][t]) (layer 0: the embedding row), as tagged words. The grid
+// also sets up the residual rows, an element per invocation: R[(l + 1) % 2] = R[l % 2] (at layer
+// 0 the embedding rows, which embed_rows() wrote), which UD adds to with atomics, and the next
+// layer's D[(l + 1) % 2] = 0 (the last to read it was the previous layer's UD, before the grid
+// barrier that ends it), which the next layer's MO adds to: this layer's MO may start before the
+// grid has finished this phase. Layer 0 also clears D[0]: a grid barrier follows its phase A.
 void phase_qkv(uint l) {
     uint n = ROWS;
     uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
@@ -554,15 +640,17 @@ void phase_qkv(uint l) {
     for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < n * HIDDEN; i += GRID * WG) {
         float v = x[res_at(cur) + i];
         x[res_at(nxt) + i] = v;
-        x[res_at(2u) + i] = 0.0;
+        x[d_at(l + 1u) + i] = 0.0;
+        if (l == 0u) x[d_at(0u) + i] = 0.0;
     }
+    uint tag = ll_tag(l);
     for (uint t = 0; t < n; t++) {
-        float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, cur, layer_ptr(l, 0));
+        float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, cur, 0u, layer_ptr(l, 0));
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
             float s = r < rows ? pass_dot(w, r, HIDDEN, ks, t, j) : 0.0;
             s = row_total(s, ks) * scale;
-            if (r < rows && writes_row(ks)) qkv[t * rows + r] = s;
+            if (r < rows && writes_row(ks)) qkv_put(t * rows + r, s, tag);
         }
         barrier();
     }
@@ -609,14 +697,14 @@ struct HeadRaw {
     vec4 b;
 };
 
-HeadRaw head_raw(uint src, uint v) {
+HeadRaw head_raw(uint src, uint v, uint tag, inout bool ok) {
     // Elements 4 v .. 4 v + 3 are consecutive, and so are their partners: two vec4 loads (src and
     // hd / 2 are multiples of 4).
     uint half_dim = HEAD_DIM / 2;
     uint i = 4u * v < half_dim ? 4u * v : 4u * v - half_dim;
     HeadRaw r;
-    r.a = qkv4[(src + i) / 4u];
-    r.b = qkv4[(src + i + half_dim) / 4u];
+    r.a = qkv_get4(src + i, tag, ok);
+    r.b = qkv_get4(src + i + half_dim, tag, ok);
     return r;
 }
 
@@ -691,12 +779,32 @@ uint cached_mask(uint p0, uint lo, uint p_end, uint pos) {
     return m;
 }
 
-// ---- K and V rows staged while the grid meets ----
+// The lane's vec4s of the V rows of the block at p0, every position of it (those not read from
+// the cache, outside [lo, p_end) or the step's own, as zeros). Which positions load is one mask,
+// and in the contiguous layout their rows are one base and a stride (a block never leaves its
+// sequence's region there): a few instructions less for each of the SG positions.
+void load_v(out KvRaw vr[VR], uvec2 vp, uint seq, uint kvh, uint p0, uint lo, uint p_end, uint pos) {
+    uint hd4 = HEAD_DIM / 4u, lane = gl_SubgroupInvocationID;
+    uint vm = SG <= 32u ? cached_mask(p0, lo, p_end, pos) : 0u;
+    uint vrow = KV_HEADS * hd4;
+    uint vb0 = KV_LAYOUT == 0u ? ((seq * KV_UNIT + p0) * KV_HEADS + kvh) * hd4 : 0u;
+    [[unroll]] for (uint j = 0; j < SG; j++) {
+        uint p = p0 + j;
+        bool cached = SG <= 32u ? ((vm >> j) & 1u) != 0u : (p >= lo && p < p_end && p != pos);
+        uint base4 = KV_LAYOUT == 0u ? vb0 + j * vrow : (cached ? (kv_slot(seq, p) * KV_HEADS + kvh) * hd4 : 0u);
+        [[unroll]] for (uint k = 0; k < VPL; k++) {
+            uint v = lane + k * SG;
+            vr[j * VPL + k] = kv_raw(vp, base4 + v, cached && v < hd4);
+        }
+    }
+}
+
+// ---- K and V rows staged ahead of the attention ----
 //
 // The cache's positions before the step's own were written by earlier steps, so a unit's K and V
 // rows do not depend on this step's data. For the first block of the first unit of subgroups 0 ..
-// KV_STAGE - 1, the workgroup loads them between the arrival after the QKV phase and the wait, into
-// kvs; the attention then scores and sums that block from shared memory, without the two round
+// KV_STAGE - 1, the workgroup loads them after the QKV phase (at layer 0 between the arrival and
+// the wait), into kvs; the attention then scores and sums that block from shared memory, without the two round
 // trips to the cache on its chain. A slot holds SG K rows, each padded by one 16-byte chunk (lane j
 // reads row j: 8 lanes of a 16-byte read then cover the 32 banks), then SG V rows. Positions that
 // are not read from the cache (outside [lo, p_end) or the step's own) hold zeros. Subgroup 0 does
@@ -734,7 +842,8 @@ void kv_stage_at(uint e, out uint slot, out uint which, out uint row, out uint c
     at = slot * KV_SLOT + (which == 0u ? row * (KC + 1u) + c : SG * (KC + 1u) + row * KC + c);
 }
 
-// Called by every invocation between grid_arrive() and grid_wait() after the QKV phase.
+// Called by every invocation after the QKV phase (at layer 0 between grid_arrive() and
+// grid_wait()), before a workgroup barrier.
 void stage_kv(uint l) {
     uint tid = gl_LocalInvocationIndex;
     if (tid < WG - KV_STAGERS) return;
@@ -788,8 +897,12 @@ void phase_attention(uint l) {
     uvec2 kp = layer_ptr(l, 8), vp = layer_ptr(l, 9);
     uvec2 qn = layer_ptr(l, 2), kn = layer_ptr(l, 3);
     float qscale = inversesqrt(float(hd));
+    uint tag = ll_tag(l);
+    uint first_u = gl_SubgroupID * GRID + gl_WorkGroupID.x;
+    // Workgroup 0's clock for the phase's start where its subgroup 0 has no unit to take it.
+    if (l > 0u && first_u >= n * KV_HEADS * splits) phase_clock(PHASES_PER_LAYER * l + 1u);
     // Units go round the workgroups first, so short contexts spread over the whole device.
-    for (uint u = gl_SubgroupID * GRID + gl_WorkGroupID.x; u < n * KV_HEADS * splits; u += nsub()) {
+    for (uint u = first_u; u < n * KV_HEADS * splits; u += nsub()) {
         // One division by the run-time split count; the rest are by constants.
         uint head = u / splits, sp = u - head * splits;
         uint t = head / KV_HEADS, kvh = head % KV_HEADS;
@@ -808,18 +921,30 @@ void phase_attention(uint l) {
         [[unroll]] for (uint k = 0; k < VPL; k++) {
             uint v = lane + k * SG;
             rw[k] = rope_w(v < hd4 ? v : 0u, pos, qn, kn);
-            [[unroll]] for (uint g = 0; g < GQ; g++) {
-                qraw[g * VPL + k] = HeadRaw(vec4(0.0), vec4(0.0));
-                if (v < hd4) qraw[g * VPL + k] = head_raw(t * qkv_n + (kvh * GQ + g) * hd, v);
-            }
-            kraw[k] = HeadRaw(vec4(0.0), vec4(0.0));
             knew[k] = vec4(0.0);
-            vnew[k] = vec4(0.0);
-            if (mine && v < hd4) {
-                kraw[k] = head_raw(ksrc, v);
-                vnew[k] = qkv4[vsrc / 4u + v];
-            }
         }
+        // Polled until every word carries this layer's tag (the QKV phase of other workgroups
+        // may still be writing them).
+        uint spins = 0u;
+        bool ok;
+        do {
+            ok = true;
+            [[unroll]] for (uint k = 0; k < VPL; k++) {
+                uint v = lane + k * SG;
+                [[unroll]] for (uint g = 0; g < GQ; g++) {
+                    qraw[g * VPL + k] = HeadRaw(vec4(0.0), vec4(0.0));
+                    if (v < hd4) qraw[g * VPL + k] = head_raw(t * qkv_n + (kvh * GQ + g) * hd, v, tag, ok);
+                }
+                kraw[k] = HeadRaw(vec4(0.0), vec4(0.0));
+                vnew[k] = vec4(0.0);
+                if (mine && v < hd4) {
+                    kraw[k] = head_raw(ksrc, v, tag, ok);
+                    vnew[k] = qkv_get4(vsrc + 4u * v, tag, ok);
+                }
+            }
+            ok = subgroupMin(ok ? 1u : 0u) == 1u;
+        } while (!ok && ll_again(spins));
+        if (l > 0u && u == first_u) phase_clock(PHASES_PER_LAYER * l + 1u);
         // This subgroup's query heads go to its part of xs (every lane reads them whole when it
         // scores its position), and the block's weights after them.
         uint qb = gl_SubgroupID * GQ * (hd4 + PJ4);
@@ -869,7 +994,7 @@ void phase_attention(uint l) {
         // This subgroup's first unit has its first block staged (stage_kv) where it is one of
         // the KV_STAGE first subgroups.
         uint first_p0 = max(p_begin, lo - lo % SG);
-        bool staged_unit = gl_SubgroupID < KV_STAGE && u == gl_SubgroupID * GRID + gl_WorkGroupID.x;
+        bool staged_unit = gl_SubgroupID < KV_STAGE && u == first_u;
         for (uint p0 = first_p0; p0 < p_end; p0 += SG) {
             bool staged = staged_unit && p0 == first_p0;
             uint sb = gl_SubgroupID * KV_SLOT;
@@ -918,13 +1043,7 @@ void phase_attention(uint l) {
             [[unroll]] for (uint g = 0; g < GQ; g++) xs[pb + g * PJ4 + lane / 4u][lane % 4u] = pj[g];
             subgroupMemoryBarrierShared();
             subgroupBarrier();
-            // Which positions load, as one mask, and in the contiguous layout their rows as one
-            // base and a stride (a block never leaves its sequence's region there): a few
-            // instructions less for each of the SG positions.
-            uint vm = SG <= 32u ? cached_mask(p0, lo, p_end, pos) : 0u;
-            uint vrow = KV_HEADS * hd4;
-            uint vb0 = KV_LAYOUT == 0u ? ((seq * KV_UNIT + p0) * KV_HEADS + kvh) * hd4 : 0u;
-            KvRaw vr[SG * VPL];
+            KvRaw vr[VR];
             if (staged) {
                 [[unroll]] for (uint j = 0; j < SG; j++) {
                     [[unroll]] for (uint k = 0; k < VPL; k++) {
@@ -933,15 +1052,7 @@ void phase_attention(uint l) {
                     }
                 }
             } else {
-                [[unroll]] for (uint j = 0; j < SG; j++) {
-                    uint p = p0 + j;
-                    bool cached = SG <= 32u ? ((vm >> j) & 1u) != 0u : (p >= lo && p < p_end && p != pos);
-                    uint base4 = KV_LAYOUT == 0u ? vb0 + j * vrow : (cached ? (kv_slot(seq, p) * KV_HEADS + kvh) * hd4 : 0u);
-                    [[unroll]] for (uint k = 0; k < VPL; k++) {
-                        uint v = lane + k * SG;
-                        vr[j * VPL + k] = kv_raw(vp, base4 + v, cached && v < hd4);
-                    }
-                }
+                load_v(vr, vp, seq, kvh, p0, lo, p_end, pos);
             }
             [[unroll]] for (uint j = 0; j < SG; j++) {
                 vec4 vv[VPL];
@@ -964,14 +1075,14 @@ void phase_attention(uint l) {
             uint h = kvh * GQ + g;
             uint base = ((t * HEADS + h) * MAX_SPLITS + sp) * (hd + 4u);
             if (lane == 0u) {
-                partial[base] = m[g];
-                partial[base + 1u] = lsum[g];
+                part_put(base, m[g], tag);
+                part_put(base + 1u, lsum[g], tag);
             }
             [[unroll]] for (uint k = 0; k < VPL; k++) {
                 uint v = lane + k * SG;
                 if (v < hd4) {
                     vec4 a = acc[g * VPL + k];
-                    partial4v[base / 4u + 1u + v] = a;
+                    [[unroll]] for (uint c = 0; c < 4u; c++) part_put(base + 4u + 4u * v + c, a[c], tag);
                 }
             }
         }
@@ -1024,6 +1135,7 @@ void phase_merge_o(uint l) {
     W8Ref wo = W8Ref(layer_ptr(l, 4));
     // Subgroups that have splits.
     uint used = min(NSG, (splits + SG - 1u) / SG);
+    uint tag = ll_tag(l);
     for (uint u = gl_WorkGroupID.x; u < n * HEADS * chunks; u += GRID) {
         uint t = u / (HEADS * chunks), hc = u % (HEADS * chunks);
         uint h = hc / chunks, c0 = (hc % chunks) * OC;
@@ -1041,9 +1153,19 @@ void phase_merge_o(uint l) {
         [[unroll]] for (uint q = 0; q < OC / 4; q++) acc[q] = vec4(0.0);
         for (uint s = sg * SG + lane; s < splits; s += NSG * SG) {
             uint b = base + s * (hd + 4u);
-            float ms = partial[b], ls = partial[b + 1u];
+            // Polled until every word carries this layer's tag (the attention of other
+            // workgroups may still be writing them).
+            float ms, ls;
             vec4 o[OC / 4];
-            [[unroll]] for (uint q = 0; q < OC / 4; q++) o[q] = partial4v[(b + 4u + c0) / 4u + q];
+            uint spins = 0u;
+            bool ok;
+            do {
+                ok = true;
+                ms = part_get(b, tag, ok);
+                ls = part_get(b + 1u, tag, ok);
+                [[unroll]] for (uint q = 0; q < OC / 4; q++) o[q] = part_get4(b + 4u + c0 + 4u * q, tag, ok);
+            } while (!ok && ll_again(spins));
+            if (u == gl_WorkGroupID.x) phase_clock(PHASES_PER_LAYER * l + 2u);
             float nm = max(mx, ms);
             float sc = (mx == NEG_INF) ? 0.0 : exp(mx - nm);
             float ws = (ms == NEG_INF) ? 0.0 : exp(ms - nm);
@@ -1105,7 +1227,7 @@ void phase_merge_o(uint l) {
         }
         float inv = total > 0.0 ? 1.0 / total : 0.0;
         barrier();
-        uint d = res_at(2u) + t * HIDDEN;
+        uint d = d_at(l) + t * HIDDEN;
         [[unroll]] for (uint m = 0; m < OR; m++) {
             uint r = tid + m * WG;
             float v = (dot8(w[2 * m], a[0], a[1]) + dot8(w[2 * m + 1], a[2], a[3])) * inv;
@@ -1133,6 +1255,19 @@ void prefetch_gate_up(uint l) {
 // activations.)
 const uint DE = 24;
 
+// This invocation's W_down^T loads for output vec4 i4 (clamped to the last: the caller drops
+// vec4s past the row) and channels e0 .. e0 + DE - 1 of its workgroup (clamped to the last row:
+// their activations are zeros, see phase_mlp).
+void load_down(out uvec2 dw[DE], W4Ref wd, uint i4, uint e0, uint per_wg, uint wg_shift) {
+    uint h4 = HIDDEN / 4u, i = min(i4, h4 - 1u);
+    [[unroll]] for (uint q = 0; q < DE; q++) {
+        uint e = e0 + q;
+        // pass_row(e % per_wg, per_wg, e / per_wg), per_wg being a power of two.
+        uint c = min(pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift), INTER - 1u);
+        dw[q] = wd.u2[c * h4 + i];
+    }
+}
+
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
 // R[cur] + D), kept in shared memory after the staged row; then R[nxt] += W_down[:, those rows]
 // . act with float atomics, read from W_down^T (a contiguous row per channel). The workgroup
@@ -1146,10 +1281,16 @@ void phase_mlp(uint l) {
     W8Ref w = W8Ref(layer_ptr(l, 6));
     W4Ref wd = W4Ref(layer_ptr(l, 10));
     for (uint i = gl_WorkGroupID.x * WG + tid; i < n * HIDDEN; i += GRID * WG) {
-        atomicAdd(x[res_at(nxt) + i], x[res_at(2u) + i]);
+        atomicAdd(x[res_at(nxt) + i], x[d_at(l) + i]);
     }
     for (uint t = 0; t < n; t++) {
-        float scale = stage(SRC_XD, t, cur, layer_ptr(l, 5));
+        // The down-projection's first loads do not depend on the step: they go out now and
+        // travel while gate/up streams, instead of after the activations.
+        // (After the staged row's loads: issued before them, they delayed the row and took as
+        // much from the merge as they gave the MLP.)
+        float scale = stage(SRC_XD, t, cur, d_at(l), layer_ptr(l, 5));
+        uvec2 dw[DE];
+        load_down(dw, wd, tid, 0u, per_wg, wg_shift);
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
             vec2 gu = vec2(0.0);
@@ -1173,18 +1314,19 @@ void phase_mlp(uint l) {
             for (uint e0 = 0; e0 < e_n; e0 += DE) {
                 // No guards: a channel past the last row reads the last row and one past e_n
                 // any row, and their activations are zeros (rows past the last were staged as
-                // zeros, and the DE slots after e_n were cleared), so they add nothing.
-                uvec2 dw[DE];
-                [[unroll]] for (uint q = 0; q < DE; q++) {
-                    uint e = e0 + q;
-                    // pass_row(e % per_wg, per_wg, e / per_wg), per_wg being a power of two.
-                    uint c = min(pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift), rows - 1u);
-                    dw[q] = wd.u2[c * h4 + i4];
+                // zeros, and the DE slots after e_n were cleared), so they add nothing. The
+                // loads for (i4, e0) are in dw; the next (i4, e0)'s go out before these are used.
+                uvec2 cw[DE] = dw;
+                uint ne = e0 + DE, ni = i4;
+                if (ne >= e_n) {
+                    ne = 0u;
+                    ni += WG;
                 }
+                if (ni < h4) load_down(dw, wd, ni, ne, per_wg, wg_shift);
                 // The activations of channels e0 .. e0 + DE - 1: whole vec4s of xs (hidden and
                 // DE are multiples of 4), so every component index is a constant.
                 uint a4 = (HIDDEN + e0) / 4u;
-                [[unroll]] for (uint q = 0; q < DE; q++) acc += xs[a4 + q / 4u][q % 4u] * half4(dw[q].x, dw[q].y);
+                [[unroll]] for (uint q = 0; q < DE; q++) acc += xs[a4 + q / 4u][q % 4u] * half4(cw[q].x, cw[q].y);
             }
             // Over the staged row, which nothing reads any more: the atomics go out from
             // consecutive invocations to consecutive words (a vec4 per invocation would take
@@ -1329,25 +1471,35 @@ void main() {
     if (gl_WorkGroupID.x == 0u && gl_LocalInvocationIndex == 0u) result[2 * ROWS] = 2u;
     phase_clock(0u);
     kv_len = params.kv_len;
+    tag_base = sy.epoch;
     // Read after the first grid barrier, which orders these stores before them.
     for (uint t = gl_LocalInvocationIndex; t < ROWS; t += WG) rows_sh[t] = rows[t];
     embed_rows();
     prefetch_qkv(0u);
     prefetch_norm(layer_ptr(0u, 0u));
     for (uint l = 0; l < LAYERS; l++) {
+        uint c = PHASES_PER_LAYER * l;
         phase_qkv(l);
-        grid_arrive();
-        if (KV_STAGE > 0u) stage_kv(l);
-        if (!grid_wait()) return;
+        if (l == 0u) {
+            // Orders layer 0's clear of D[0] (and the step's rows_sh) before every use.
+            grid_arrive();
+            if (KV_STAGE > 0u) stage_kv(l);
+            if (!grid_wait(c + 1u)) return;
+        } else {
+            // The attention polls the rows it needs (tagged words).
+            if (KV_STAGE > 0u) stage_kv(l);
+            barrier();
+        }
         phase_attention(l);
-        grid_arrive();
+        // The workgroup's subgroups meet (shared memory changes hands); the merge polls the
+        // partials it needs (tagged words).
+        barrier();
         prefetch_wo(l);
-        if (!grid_wait()) return;
         phase_merge_o(l);
         grid_arrive();
         prefetch_gate_up(l);
         prefetch_norm(layer_ptr(l, 5));
-        if (!grid_wait()) return;
+        if (!grid_wait(c + 3u)) return;
         phase_mlp(l);
         grid_arrive();
         if (l + 1u < LAYERS) {
@@ -1356,16 +1508,17 @@ void main() {
         } else if (gl_LocalInvocationIndex < HIDDEN / 4u) {
             norm_pf = final_norm4[gl_LocalInvocationIndex];
         }
-        if (!grid_wait()) return;
+        if (!grid_wait(c + 4u)) return;
     }
     phase_head();
     if (last_to_finish()) {
         phase_argmax();
         if (gl_LocalInvocationIndex == 0u) {
 #ifdef PHASE_CLOCKS
-            clk[BARRIERS_PER_LAYER * LAYERS + 1u] = clockRealtime2x32EXT();
+            clk[PHASES_PER_LAYER * LAYERS + 1u] = clockRealtime2x32EXT();
 #endif
-            result[2 * ROWS] = 0u;
+            // 1 where a wait for tagged words ran out.
+            result[2 * ROWS] = sy.fail != 0u ? 1u : 0u;
         }
     }
 }

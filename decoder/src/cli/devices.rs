@@ -138,6 +138,7 @@ pub fn table(devices: &[DeviceInfo], probes: &[Option<Bandwidth>]) -> String {
         ("shader device clock", |d| yes(d.shader_device_clock)),
         ("pipeline statistics", |d| yes(d.pipeline_statistics)),
         ("float atomic add", |d| yes(d.float_atomic_add)),
+        ("64-bit atomics", |d| yes(d.int64_atomics)),
         (
             "separate transfer queue",
             |d| yes(d.separate_transfer_queue),

@@ -343,8 +343,8 @@ impl Engine {
         };
         let stage = match self.tuning.persistent_kv_stage {
             0 => "no K and V rows staged".to_string(),
-            1 => "the first unit's first block of K and V rows staged while the grid meets".into(),
-            n => format!("{n} units' first blocks of K and V rows staged while the grid meets"),
+            1 => "the first unit's first block of K and V rows staged in shared memory".into(),
+            n => format!("{n} units' first blocks of K and V rows staged in shared memory"),
         };
         let mut out = vec![format!(
             "persistent kernel: a grid of {groups} workgroups of {wg} invocations (residency probe); {stage}"
@@ -581,12 +581,10 @@ impl Engine {
             (
                 Buf::Partial,
                 BufferDesc::device(
-                    (seqs
-                        * s.heads as u64
+                    seqs * s.heads as u64
                         * self.tuning.n_splits as u64
                         * (s.head_dim as u64 + 2)
-                        * f32b)
-                        .max(self.persistent_partial_bytes(seqs)),
+                        * f32b,
                 ),
                 "attn_partial".into(),
             ),

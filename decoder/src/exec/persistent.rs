@@ -2,9 +2,10 @@
 //! dispatch of `shaders/persistent.comp`, and the sizes the engine and the kernel share.
 //!
 //! The kernel runs every phase of every layer in one dispatch, its workgroups meeting at
-//! device-scope barriers, so the grid must be resident at once. The engine establishes that with
+//! device-scope barriers or waiting for each other's tagged words, so the grid must be resident
+//! at once. The engine establishes that with
 //! a residency probe (the same pipeline with `probe = 1`) before building the decode program
-//! (`engine/residency.rs`), and every barrier wait in the kernel is bounded, so a grid that loses
+//! (`engine/residency.rs`), and every wait in the kernel is bounded, so a grid that loses
 //! forward progress fails the step with an error instead of hanging.
 
 use profiler::trace::OpInfo;
@@ -16,13 +17,14 @@ use super::program::{
 };
 use crate::shaders::Shader;
 
-/// Grid barriers per layer (phases A, C, MO, UD of `shaders/persistent.glsl`).
-pub const BARRIERS_PER_LAYER: u32 = 4;
+/// Phases per layer (A, C, MO, UD of `shaders/persistent.glsl`), each ending at a hand-off: a
+/// grid barrier, or tagged words its successor polls.
+pub const PHASES_PER_LAYER: u32 = 4;
 
 /// The kernel's phases in clock order: their labels and op kinds. Phase k runs from clock k to
 /// clock k + 1 (`clocks(layers)` clocks in all).
 pub fn phases(layers: u32) -> Vec<(String, &'static str)> {
-    let mut out = Vec::with_capacity((layers * BARRIERS_PER_LAYER + 1) as usize);
+    let mut out = Vec::with_capacity((layers * PHASES_PER_LAYER + 1) as usize);
     for l in 0..layers {
         for (name, kind) in [
             ("qkv_proj", "matvec"),
@@ -39,14 +41,14 @@ pub fn phases(layers: u32) -> Vec<(String, &'static str)> {
 
 /// Clocks the kernel writes per step: the start, one per barrier, the end.
 pub fn clocks(layers: u32) -> u32 {
-    layers * BARRIERS_PER_LAYER + 2
+    layers * PHASES_PER_LAYER + 2
 }
 
 /// The phase (index into [`phases`]) that does the work of a fused decode dispatch, by its
 /// label: the embedding row is read by layer 0's QKV phase, q/k norm, RoPE and the cache write
 /// by the attention phase, the argmax by the head.
 pub fn phase_of(label: &str, layers: u32) -> Option<usize> {
-    let per = BARRIERS_PER_LAYER as usize;
+    let per = PHASES_PER_LAYER as usize;
     match label {
         "embed" => return Some(0),
         "lm_head" | "argmax" => return Some(layers as usize * per),
@@ -140,16 +142,25 @@ pub const MERGE_DIMS: u32 = 16;
 const PARTIAL_LEAD: u64 = 4;
 
 /// Rows per token of the kernel's `x` buffer: the residual rows R0 and R1 and the o-projection's
-/// sum D.
-pub const RESIDUAL_ROWS: u32 = 3;
+/// sums D0 and D1 (layer l adds to D[l % 2] while clearing the other).
+pub const RESIDUAL_ROWS: u32 = 4;
+
+/// Bytes of one element of the kernel's `qkv` and `partial` buffers: a tagged word (the value's
+/// 32 bits and the tag of the step and layer that wrote it, one 64-bit atomic).
+pub const TAGGED_WORD: u64 = 8;
 
 /// Bytes of the kernel's `partial` buffer for `rows` rows: (m, l, 2 unused, hd sums) per split of
-/// each (row, query head).
+/// each (row, query head), as tagged words.
 pub fn partial_bytes(s: &Shape, subgroup: u32, rows: u64) -> u64 {
     rows * s.heads as u64
         * max_splits(s, subgroup) as u64
         * (s.head_dim as u64 + PARTIAL_LEAD)
-        * F32
+        * TAGGED_WORD
+}
+
+/// Bytes of the kernel's `qkv` buffer for `rows` rows, as tagged words.
+pub fn qkv_bytes(s: &Shape, rows: u64) -> u64 {
+    rows * s.qkv_rows() as u64 * TAGGED_WORD
 }
 
 /// Splits per (row, head) the kernel may write: one per block of `subgroup` positions.
@@ -255,6 +266,8 @@ pub struct DeviceCaps {
     pub subgroup_shuffle: bool,
     /// Float atomic adds on buffers (VK_EXT_shader_atomic_float).
     pub float_atomics: bool,
+    /// 64-bit integers and 64-bit buffer atomics (the tagged words).
+    pub int64_atomics: bool,
     /// maxComputeSharedMemorySize, bytes.
     pub shared_limit: u32,
 }
@@ -272,6 +285,7 @@ pub fn unsupported(
         grid_sync,
         subgroup_shuffle,
         float_atomics,
+        int64_atomics,
         shared_limit,
     } = caps;
     if !grid_sync {
@@ -318,6 +332,13 @@ pub fn unsupported(
         return Some(
             "--kernels persistent adds to the residual stream with float atomics (VK_EXT_shader_atomic_float's \
              shaderBufferFloat32AtomicAdd), which this device lacks; use --kernels fused"
+                .into(),
+        );
+    }
+    if !int64_atomics {
+        return Some(
+            "--kernels persistent hands values between phases as 64-bit atomics (shaderInt64 and \
+             shaderBufferInt64Atomics), which this device lacks; use --kernels fused"
                 .into(),
         );
     }
@@ -371,9 +392,9 @@ impl Lower<'_> {
                 s.max_seq as u64 * s.head_dim as u64 * F32,
             )),
             rw(self.act(Buf::X, RESIDUAL_ROWS * s.hidden)),
-            rw(self.act(Buf::Qkv, s.qkv_rows())),
+            rw(r(Buf::TaggedQkv, 0, qkv_bytes(&s, n))),
             write(r(Buf::PhaseClocks, 0, 8 * clocks(s.layers) as u64)),
-            rw(r(Buf::Partial, 0, partial)),
+            rw(r(Buf::TaggedPartial, 0, partial)),
             write(self.act(Buf::Logits, s.vocab)),
             write(r(Buf::ArgmaxOut, 0, 4 * (2 * n + 1))),
         ]
@@ -568,17 +589,24 @@ mod tests {
             grid_sync: true,
             subgroup_shuffle: true,
             float_atomics,
+            int64_atomics: true,
             shared_limit: 1 << 16,
         }
     }
 
     #[test]
-    fn the_kernel_is_refused_without_float_atomics_or_with_odd_head_dims() {
+    fn the_kernel_is_refused_without_float_or_64_bit_atomics_or_with_odd_head_dims() {
         let t = Tuning::for_device(132, 32, 1 << 20, 1);
         let s = shape(16, 8, 128);
         assert_eq!(unsupported(&s, &t, 1, 2, caps(true)), None);
         let why = unsupported(&s, &t, 1, 2, caps(false)).unwrap_or_default();
         assert!(why.contains("shaderBufferFloat32AtomicAdd"), "{why}");
+        let no64 = DeviceCaps {
+            int64_atomics: false,
+            ..caps(true)
+        };
+        let why = unsupported(&s, &t, 1, 2, no64).unwrap_or_default();
+        assert!(why.contains("shaderBufferInt64Atomics"), "{why}");
         // A merge unit takes 16 of a head's dims: head_dim 24 is refused, with the figure.
         let why = unsupported(&shape(16, 8, 24), &t, 1, 2, caps(true)).unwrap_or_default();
         assert!(

@@ -261,10 +261,14 @@ impl Tuning {
                 persistent_wg: 256,
                 persistent_groups: 0,
                 persistent_splits: 0,
-                // The first unit's first block: on an H100 at 512, 872 -> 856 and 870 -> 854 us
-                // per token; at 16K, 1.40 -> 1.37 and 1.39 -> 1.36 ms (two rounds). 2 gained
-                // nothing more (traces/bench/h100/persistent-kv-stage/NOTES.md).
-                persistent_kv_stage: 1,
+                // None. Staging the first unit's first block while the grid met took 872 -> 856
+                // us per token at 512 on an H100 (traces/bench/h100/persistent-kv-stage/NOTES.md),
+                // but since the attention polls its q, k and v (tagged words) instead of waiting at
+                // a grid barrier, the staging's round trip comes before the polls' instead of
+                // beside the barrier: 0 against 1 measured 810, 807 against 818, 814 us at 512 and
+                // 1.25 against 1.27, 1.28 ms at 16K, and 5 KB less code
+                // (traces/bench/h100/persistent-tagged/NOTES.md).
+                persistent_kv_stage: 0,
                 phase_clocks: false,
             }
         } else {
@@ -289,7 +293,8 @@ impl Tuning {
                 persistent_wg: 64,
                 persistent_groups: 0,
                 persistent_splits: 0,
-                // As on GPUs, so CI checks the staged blocks (one subgroup's) beside the loaded ones.
+                // One subgroup's, so CI checks the staged blocks (DECODESCOPE_TUNING
+                // persistent_kv_stage on a GPU) beside the loaded ones.
                 persistent_kv_stage: 1,
                 phase_clocks: false,
             }
@@ -361,6 +366,9 @@ pub enum Buf {
     GridSync,
     /// Host-visible: the persistent kernel's phase clocks.
     PhaseClocks,
+    /// The persistent kernel's q, k and v rows and its attention partials, as tagged words.
+    TaggedQkv,
+    TaggedPartial,
 }
 
 /// How a dispatch accesses a binding.

@@ -390,12 +390,15 @@ impl Gpu {
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
             .shader_float16(info.shader_float16)
             .host_query_reset(info.host_query_reset)
-            .buffer_device_address(info.grid_sync);
+            .buffer_device_address(info.grid_sync)
+            .shader_buffer_int64_atomics(info.int64_atomics);
+        let core = vk::PhysicalDeviceFeatures::default().shader_int64(info.int64_atomics);
         let mut clock =
             vk::PhysicalDeviceShaderClockFeaturesKHR::default().shader_device_clock(true);
         let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&ext_ptrs)
+            .enabled_features(&core)
             .push_next(&mut f11)
             .push_next(&mut f12);
         if info.shader_device_clock {

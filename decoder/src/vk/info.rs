@@ -44,6 +44,9 @@ pub struct DeviceInfo {
     /// Float atomic adds on storage buffers (VK_EXT_shader_atomic_float's
     /// shaderBufferFloat32AtomicAdd): the persistent kernel's residual sums.
     pub float_atomic_add: bool,
+    /// 64-bit integers and 64-bit atomics on storage buffers (shaderInt64,
+    /// shaderBufferInt64Atomics): the persistent kernel's tagged words.
+    pub int64_atomics: bool,
     /// The device clock in shaders (VK_KHR_shader_clock's shaderDeviceClock): the persistent
     /// kernel's phase clocks at `--timestamps dispatch`.
     pub shader_device_clock: bool,
@@ -145,6 +148,7 @@ pub(crate) fn probe(
             feats2 = feats2.push_next(&mut atomic_float);
         }
         instance.get_physical_device_features2(pd, &mut feats2);
+        let shader_int64 = feats2.features.shader_int64 == vk::TRUE;
 
         let families = instance.get_physical_device_queue_family_properties(pd);
         let compute_family = families
@@ -244,6 +248,7 @@ pub(crate) fn probe(
             host_query_reset: f12.host_query_reset == vk::TRUE,
             grid_sync: f12.buffer_device_address == vk::TRUE,
             float_atomic_add: atomic_float.shader_buffer_float32_atomic_add == vk::TRUE,
+            int64_atomics: shader_int64 && f12.shader_buffer_int64_atomics == vk::TRUE,
             shader_device_clock: clock.shader_device_clock == vk::TRUE,
             pipeline_statistics: exec.pipeline_executable_info == vk::TRUE,
             max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,

@@ -19,7 +19,7 @@ use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
     DeviceCaps, PTRS_PER_LAYER, clock_offsets, clocks, fit_kv_stage, fit_workgroup, layer_ptr_bufs,
-    partial_bytes, phase_facts, push, sync_bytes, unsupported,
+    partial_bytes, phase_facts, push, qkv_bytes, sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -63,6 +63,7 @@ impl Engine {
                 // Shuffles imply arithmetic (DeviceInfo::subgroup_shuffle).
                 subgroup_shuffle: info.subgroup_shuffle,
                 float_atomics: info.float_atomic_add,
+                int64_atomics: info.int64_atomics,
                 shared_limit: info.max_compute_shared_memory,
             },
         ) {
@@ -105,7 +106,8 @@ impl Engine {
         self.grid_candidates().first().copied().unwrap_or(1)
     }
 
-    /// The extra buffers: the pointer table and the grid-sync words.
+    /// The extra buffers: the pointer table, the grid-sync words and the tagged words the kernel
+    /// hands between phases (its own: no other program writes them, see `setup_persistent`).
     pub(super) fn persistent_buffers(&self) -> Vec<(Buf, BufferDesc, String)> {
         if !self.persistent() {
             return vec![];
@@ -121,6 +123,20 @@ impl Engine {
                 Buf::GridSync,
                 BufferDesc::device(sync_bytes(self.max_grid(), rows)),
                 "persistent_sync".into(),
+            ),
+            (
+                Buf::TaggedQkv,
+                BufferDesc::device(qkv_bytes(&self.shape, rows as u64)),
+                "persistent_qkv".into(),
+            ),
+            (
+                Buf::TaggedPartial,
+                BufferDesc::device(partial_bytes(
+                    &self.shape,
+                    self.tuning.subgroup,
+                    rows as u64,
+                )),
+                "persistent_partial".into(),
             ),
         ];
         let s = &self.shape;
@@ -212,15 +228,8 @@ impl Engine {
         Ok(out)
     }
 
-    /// Bytes of the attention partials the persistent kernel needs for `rows` rows.
-    pub(super) fn persistent_partial_bytes(&self, rows: u64) -> u64 {
-        if !self.persistent() {
-            return 0;
-        }
-        partial_bytes(&self.shape, self.tuning.subgroup, rows)
-    }
-
-    /// Uploads the pointer table, zeroes the sync words and sizes the grid with the probe.
+    /// Uploads the pointer table, zeroes the sync words and the tagged words (once: the epoch
+    /// that tags them only grows from here) and sizes the grid with the probe.
     pub(super) fn setup_persistent(&mut self) -> anyhow::Result<()> {
         if !self.persistent() {
             return Ok(());
@@ -252,6 +261,16 @@ impl Engine {
         self.rec
             .upload(ptrs, 0, bytemuck::cast_slice(&table))
             .context("uploading the persistent kernel's pointer table")?;
+        for b in [Buf::TaggedQkv, Buf::TaggedPartial, Buf::GridSync] {
+            let buf = self
+                .bufs
+                .get(&b)
+                .ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?;
+            let zeros = vec![0u8; buf.bytes() as usize];
+            self.rec
+                .upload(buf, 0, &zeros)
+                .with_context(|| format!("zeroing the persistent kernel's {b:?} buffer"))?;
+        }
         let mut found = None;
         for g in self.grid_candidates() {
             if self.probe_grid(g)? {
@@ -277,9 +296,14 @@ impl Engine {
             .bufs
             .get(&Buf::GridSync)
             .ok_or_else(|| anyhow!("internal: sync buffer missing"))?;
+        // Words 0 to 2 (arrive, done, fail) and the workgroups' bests; word 3, the epoch that tags
+        // the kernel's tagged words, keeps growing, so no word written before reads as current.
         let zeros = vec![0u8; sync.bytes() as usize];
         self.rec
-            .upload(sync, 0, &zeros)
+            .upload(sync, 0, &zeros[..12])
+            .context("zeroing the persistent kernel's sync words")?;
+        self.rec
+            .upload(sync, 16, &zeros[16..])
             .context("zeroing the persistent kernel's sync words")?;
         Ok(())
     }
@@ -379,8 +403,8 @@ impl Engine {
         match status {
             0 => {}
             1 => bail!(
-                "the persistent token kernel lost forward progress: a workgroup's wait at a grid barrier ran out, so \
-                 not all {} workgroups of its grid were resident (is another program using the device?); rerun, or \
+                "the persistent token kernel lost forward progress: a workgroup's wait (at a grid barrier, or for \
+                 another workgroup's values) ran out, so not all {} workgroups of its grid were resident (is another program using the device?); rerun, or \
                  use --kernels fused",
                 self.tuning.persistent_groups
             ),
