@@ -255,9 +255,10 @@ impl Tuning {
                 // token (the one-lane-per-row loads are 2 KiB apart across the subgroup).
                 attn_kcoop: 1,
                 subgroup,
-                // 256; 512 measured 2.22 against 2.52 ms per token at 16K and the same 1.64 ms
-                // at 512 (H100, qwen3-0.6b, phase clocks; the probe gives one workgroup per SM
-                // either way), not yet benched: `DECODESCOPE_TUNING=persistent_wg=512`.
+                // 256. 512 (half the workgroups: the probe gives one per SM either way) made the
+                // driver cap the kernel at 128 registers and spill: 1.05 against 0.80 ms per
+                // token at 512 on an H100, 2.03 against 1.48 at 16K
+                // (traces/bench/h100/persistent-tagged/NOTES.md).
                 persistent_wg: 256,
                 persistent_groups: 0,
                 persistent_splits: 0,
