@@ -2,8 +2,8 @@
 //! per-layer buffer addresses, the residency probe that sizes its grid, and the status check
 //! after each step.
 //!
-//! Forward-progress assumption: the kernel's grid barriers need every workgroup of the grid to
-//! be running at once. Vulkan promises no such thing, so the grid size is established here by
+//! Forward-progress assumption: the kernel's grid barriers, and its polls for other workgroups'
+//! tagged words, need every workgroup of the grid to be running at once. Vulkan promises no such thing, so the grid size is established here by
 //! running the kernel's probe mode (four grid barriers, nothing else) at a candidate size with a
 //! short spin limit: a size passes when no workgroup's wait ran out. Candidates go from two
 //! workgroups per compute unit down to one workgroup; CPU drivers run one (see
