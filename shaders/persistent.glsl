@@ -61,14 +61,15 @@
 // arithmetic (traces/bench/h100/persistent-code-fetch/NOTES.md). So the unrolled loops carry no
 // per-element guards or selects that can be moved out of them or made unnecessary.
 //
-// Forward progress: a barrier waits for every workgroup of the grid, so all G must be resident
-// at once. Vulkan does not promise that; the host establishes it with a probe (this kernel with
-// `probe = 1`, a few barriers and nothing else) at the grid size it will use, and every wait is
-// bounded: a workgroup that spins `spin_limit` times marks the step failed (status word of the
-// argmax output = 1, sticky in the sync buffer) and the grid leaves, so the host reports an error
-// instead of hanging. Workgroup 0 sets the status word to 2 when it starts and the last
-// workgroup sets it to 0 when it has written the tokens, so a step that did not finish can never
-// pass for one that did.
+// Forward progress: a barrier waits for every workgroup of the grid, and a poll for tagged words
+// for the workgroups that write them, so all G must be resident at once. Vulkan does not promise
+// that; the host establishes it with a probe (this kernel with `probe = 1`, a few barriers and
+// nothing else) at the grid size it will use, and every wait is bounded: a workgroup that spins
+// `spin_limit` times marks the step failed (status word of the argmax output = 1, sticky in the
+// sync buffer) and leaves a barrier, or goes on past a poll, so the host reports an error instead
+// of hanging. Workgroup 0 sets the status word to 2 when it starts and the last workgroup sets it
+// to 0 when it has written the tokens (1 where the step failed), so a step that did not finish
+// can never pass for one that did.
 //
 // The barrier: one arrival counter that only grows during a step (barrier k of the step waits
 // until it reads k G), so an arrival is one atomic and a wait is polls of one word; the last
