@@ -89,10 +89,10 @@
 // stores after workgroup barriers in this kernel when it is compiled under the Vulkan memory
 // model. Weights are read-only during the dispatch.
 //
-// Phase clocks (PHASE_CLOCKS): workgroup 0's first invocation writes the device clock when the
-// step starts and as it leaves each hand-off (clk[4 l + k] after phase k of layer l: a barrier's
-// wait, or its first polls for tagged words that all carried their tag); the workgroup that
-// reduces the argmax writes it at the end (clk[4 layers + 1]). The host maps them onto the dispatch's
+// Phase clocks (PHASE_CLOCKS): workgroup 0's first invocation writes the device clock when the step
+// starts and as it leaves each hand-off (clk[4 l + k] after phase k of layer l: a barrier's wait,
+// or its first polls for tagged words that all carried their tag); the workgroup that reduces the
+// argmax writes it at the end (clk[4 layers + 1]). The host maps them onto the dispatch's
 // timestamps as one GPU span per phase.
 //
 // Per-layer weights and caches are reached through buffer device addresses (`ptrs`, 11 per
@@ -343,6 +343,10 @@ void qkv_put(uint i, float v, uint tag) {
     atomicStore(qkv_ll[i], ll_word(v, tag), gl_ScopeDevice, gl_StorageSemanticsNone, gl_SemanticsRelaxed);
 }
 
+float qkv_get(uint i, uint tag, inout bool ok) {
+    return ll_value(atomicLoad(qkv_ll[i], gl_ScopeDevice, gl_StorageSemanticsNone, gl_SemanticsRelaxed), tag, ok);
+}
+
 void part_put(uint i, float v, uint tag) {
     atomicStore(part_ll[i], ll_word(v, tag), gl_ScopeDevice, gl_StorageSemanticsNone, gl_SemanticsRelaxed);
 }
@@ -354,9 +358,7 @@ float part_get(uint i, uint tag, inout bool ok) {
 // Elements i .. i + 3 of qkv.
 vec4 qkv_get4(uint i, uint tag, inout bool ok) {
     vec4 v;
-    [[unroll]] for (uint c = 0; c < 4u; c++) {
-        v[c] = ll_value(atomicLoad(qkv_ll[i + c], gl_ScopeDevice, gl_StorageSemanticsNone, gl_SemanticsRelaxed), tag, ok);
-    }
+    [[unroll]] for (uint c = 0; c < 4u; c++) v[c] = qkv_get(i + c, tag, ok);
     return v;
 }
 
@@ -805,12 +807,12 @@ void load_v(out KvRaw vr[VR], uvec2 vp, uint seq, uint kvh, uint p0, uint lo, ui
 // The cache's positions before the step's own were written by earlier steps, so a unit's K and V
 // rows do not depend on this step's data. For the first block of the first unit of subgroups 0 ..
 // KV_STAGE - 1, the workgroup loads them after the QKV phase (at layer 0 between the arrival and
-// the wait), into kvs; the attention then scores and sums that block from shared memory, without the two round
-// trips to the cache on its chain. A slot holds SG K rows, each padded by one 16-byte chunk (lane j
-// reads row j: 8 lanes of a 16-byte read then cover the 32 banks), then SG V rows. Positions that
-// are not read from the cache (outside [lo, p_end) or the step's own) hold zeros. Subgroup 0 does
-// not stage where there are others: its first invocation polls the barrier, and its loads would
-// delay the polls.
+// the wait), into kvs; the attention then scores and sums that block from shared memory, without
+// the two round trips to the cache on its chain. A slot holds SG K rows, each padded by one 16-byte
+// chunk (lane j reads row j: 8 lanes of a 16-byte read then cover the 32 banks), then SG V rows.
+// Positions that are not read from the cache (outside [lo, p_end) or the step's own) hold zeros.
+// Subgroup 0 does not stage where there are others: at layer 0 its first invocation polls the
+// barrier, and its loads would delay the polls.
 const uint KV_SLOT = SG * (2u * KC + 1u);
 shared uvec4 kvs[KV_STAGE * KV_SLOT + 1u];
 const uint KV_STAGERS = NSG > 1u ? WG - SG : WG;

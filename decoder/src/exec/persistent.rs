@@ -2,11 +2,10 @@
 //! dispatch of `shaders/persistent.comp`, and the sizes the engine and the kernel share.
 //!
 //! The kernel runs every phase of every layer in one dispatch, its workgroups meeting at
-//! device-scope barriers or waiting for each other's tagged words, so the grid must be resident
-//! at once. The engine establishes that with
-//! a residency probe (the same pipeline with `probe = 1`) before building the decode program
-//! (`engine/residency.rs`), and every wait in the kernel is bounded, so a grid that loses
-//! forward progress fails the step with an error instead of hanging.
+//! device-scope barriers or waiting for each other's tagged words, so the grid must be resident at
+//! once. The engine establishes that with a residency probe (the same pipeline with `probe = 1`)
+//! before building the decode program (`engine/residency.rs`), and every wait in the kernel is
+//! bounded, so a grid that loses forward progress fails the step with an error instead of hanging.
 
 use profiler::trace::OpInfo;
 

@@ -3,13 +3,13 @@
 //! after each step.
 //!
 //! Forward-progress assumption: the kernel's grid barriers, and its polls for other workgroups'
-//! tagged words, need every workgroup of the grid to be running at once. Vulkan promises no such thing, so the grid size is established here by
-//! running the kernel's probe mode (four grid barriers, nothing else) at a candidate size with a
-//! short spin limit: a size passes when no workgroup's wait ran out. Candidates go from two
-//! workgroups per compute unit down to one workgroup; CPU drivers run one (see
-//! `grid_candidates`). A size that passed can still lose residency later (another program
-//! taking the device), which is why the kernel's waits stay bounded and [`Engine::check_persistent_status`] turns a lost wait into an
-//! error.
+//! tagged words, need every workgroup of the grid to be running at once. Vulkan promises no such
+//! thing, so the grid size is established here by running the kernel's probe mode (four grid
+//! barriers, nothing else) at a candidate size with a short spin limit: a size passes when no
+//! workgroup's wait ran out. Candidates go from two workgroups per compute unit down to one
+//! workgroup; CPU drivers run one (see `grid_candidates`). A size that passed can still lose
+//! residency later (another program taking the device), which is why the kernel's waits stay
+//! bounded and [`Engine::check_persistent_status`] turns a lost wait into an error.
 
 use anyhow::{Context as _, anyhow, bail};
 
@@ -403,8 +403,9 @@ impl Engine {
         match status {
             0 => {}
             1 => bail!(
-                "the persistent token kernel lost forward progress: a workgroup's wait (at a grid barrier, or for \
-                 another workgroup's values) ran out, so not all {} workgroups of its grid were resident (is another program using the device?); rerun, or \
+                "the persistent token kernel lost forward progress: a workgroup's wait (at a grid barrier, or \
+                 for another workgroup's values) ran out, so not all {} workgroups of its grid were resident (is \
+                 another program using the device?); rerun, or \
                  use --kernels fused",
                 self.tuning.persistent_groups
             ),
