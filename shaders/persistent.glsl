@@ -5,10 +5,9 @@
 // barriers or as tagged words (below):
 //
 //   per layer l:  A  QKV matvec, RMSNorm folded (layer 0 reads the embedding rows directly);
-//                    the layer's residual rows are set up (below)
-//                    after A (at layer 0 while the grid meets), the first block of K and V rows
-//                    of the first unit of the first KV_STAGE subgroups goes into shared memory
-//                    (stage_kv)
+//                    the layer's residual rows are set up (below); the first block of K and V
+//                    rows of the first unit of the first KV_STAGE subgroups is loaded during the
+//                    phase and goes into shared memory at its end (stage_kv_load, stage_kv_store)
 //                 C  split-K attention: a subgroup per (row, KV head, split) of whole blocks of
 //                    SG positions, online softmax, partials (m, l, o) per query head. Each
 //                    subgroup applies q RMSNorm + RoPE to its query heads itself and keeps them
@@ -33,9 +32,10 @@
 // workgroup's channels), not by their output rows, so neither needs a barrier of its own: each
 // workgroup adds its part of every output with float atomics. The residual stream lives in x as
 // rows R0, R1, D0 and D1: layer l reads R[l % 2] and builds R[(l + 1) % 2], and its o-projection
-// sums into D[l % 2]. Phase A copies R[l % 2] into R[(l + 1) % 2] and clears D[(l + 1) % 2] (an
-// element per invocation); MO adds the o-projection into D[l % 2]; UD reads R[l % 2] + D[l % 2],
-// adds D[l % 2] and the down-projection into R[(l + 1) % 2], which nothing reads in that phase.
+// sums into D[l % 2]. Phase A copies R[l % 2] into R[(l + 1) % 2] and clears D[(l + 1) % 2] (each
+// vec4 by the workgroup that owns it, from the value it staged: see stage); MO adds the
+// o-projection into D[l % 2]; UD reads R[l % 2] + D[l % 2], adds D[l % 2] and the down-projection
+// into R[(l + 1) % 2], which nothing reads in that phase.
 // Atomics sum in no fixed order, so the last bits of the residual (and of the logits) can differ
 // between runs.
 //
@@ -153,8 +153,8 @@ layout(constant_id = 19) const uint GRID = 1;
 layout(constant_id = 20) const uint MAX_SPLITS = 1;
 layout(constant_id = 21) const uint SPLIT_WANT = 0;
 layout(constant_id = 22) const uint ROWS = 1;
-// Attention units per workgroup whose first block of K and V rows is staged in shared memory while
-// the grid meets after the QKV phase (see stage_kv): the first unit of subgroups 0 .. KV_STAGE - 1.
+// Attention units per workgroup whose first block of K and V rows is staged in shared memory during
+// the QKV phase (see stage_kv_load): the first unit of subgroups 0 .. KV_STAGE - 1.
 layout(constant_id = 23) const uint KV_STAGE = 0;
 
 const uint NSG = WG / SG;
@@ -428,21 +428,44 @@ vec4 x4(uint o) { return x4v[o / 4u]; }
 // Input sources of a matvec phase: R[k] (k from the caller), the embedding row, R[k] + D.
 const uint SRC_X = 0, SRC_EMBED = 1, SRC_XD = 2;
 
+// Whether this workgroup writes vec4 i of row t of the residual rows for the grid (see stage):
+// vec4 e = t hidden / 4 + i belongs to workgroup e % GRID, so the writes spread over the grid.
+bool owns4(uint t, uint i) { return (t * (HIDDEN / 4u) + i) % GRID == gl_WorkGroupID.x; }
+
 // Stages input row t (hidden values) of `src` into xs, multiplied by the norm weights `norm`
-// (the RMS scale is returned). `k` picks the residual row R[k]. Ends with a barrier.
-float stage(uint src, uint t, uint k, uint d, uvec2 norm) {
+// (the RMS scale is returned). `k` picks the residual row R[k], `l` is the layer. Ends with a
+// barrier. The residual rows' upkeep rides on the staged loads: the workgroup that owns a vec4
+// (owns4) writes it from the value it staged, with no loads of its own:
+// - SRC_X / SRC_EMBED (phase A): R[1 - k] = R[k] (layer 0: R0 = R1 = the embedding row), which UD
+//   adds to with atomics, and D[(l + 1) % 2] = 0 (layer 0: D[0] too), which the next layer's MO
+//   adds to (the last to read it was the previous layer's UD, before the barrier that ends it);
+// - SRC_XD (phase UD): R[1 - k] += D (`d`), float atomics beside the down-projection's.
+float stage(uint src, uint t, uint k, uint d, uvec2 norm, uint l) {
     uint tid = gl_LocalInvocationIndex;
     uint cols = HIDDEN, n4 = cols / 4;
     float ss = 0.0;
     for (uint i = tid; i < n4; i += WG) {
         vec4 v;
         uint o = t * cols + 4 * i;
+        bool own = owns4(t, i);
         if (src == SRC_EMBED) {
             uvec4 e = embed8[(ids[t] * cols) / 8 + i / 2];
             v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
+            if (own) x4v[(res_at(0u) + o) / 4u] = v;
         } else {
             v = x4(res_at(k) + o);
-            if (src == SRC_XD) v += x4(d + o);
+            if (src == SRC_XD) {
+                vec4 dv = x4(d + o);
+                if (own) {
+                    [[unroll]] for (uint c = 0; c < 4u; c++) atomicAdd(x[res_at(1u - k) + o + c], dv[c]);
+                }
+                v += dv;
+            }
+        }
+        if (src != SRC_XD && own) {
+            x4v[(res_at(1u - k) + o) / 4u] = v;
+            x4v[(d_at(l + 1u) + o) / 4u] = vec4(0.0);
+            if (l == 0u) x4v[(d_at(0u) + o) / 4u] = vec4(0.0);
         }
         ss += dot(v, v);
         xs[i] = v * (i == tid ? norm_pf : F32Ref(norm).v4[i]);
@@ -612,53 +635,6 @@ void prefetch_qkv(uint l) {
     prefetch_passes(W8Ref(layer_ptr(l, 1)), rows, 0u, rows, HIDDEN, 0u, 1u);
 }
 
-// Element i of the step's embedding rows ([n, hidden]).
-float embed_at(uint i) {
-    uint t = i / HIDDEN, c = i % HIDDEN;
-    uvec4 e = embed8[(ids[t] * HIDDEN + c) / 8];
-    uint u = e[(c % 8) / 2];
-    return unpackHalf2x16(u)[c % 2];
-}
-
-// Before the first layer: R0 = the step's embedding rows, each invocation writing the elements
-// phase A's residual loop gives it (it reads them back itself, so no barrier is needed). Out of
-// the layer loop, so the division by hidden is not part of every layer's code.
-void embed_rows() {
-    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < ROWS * HIDDEN; i += GRID * WG) {
-        x[res_at(0u) + i] = embed_at(i);
-    }
-}
-
-// A: qkv[t] = W_qkv . norm(R[l % 2][t]) (layer 0: the embedding row), as tagged words. The grid
-// also sets up the residual rows, an element per invocation: R[(l + 1) % 2] = R[l % 2] (at layer
-// 0 the embedding rows, which embed_rows() wrote), which UD adds to with atomics, and the next
-// layer's D[(l + 1) % 2] = 0 (the last to read it was the previous layer's UD, before the grid
-// barrier that ends it), which the next layer's MO adds to: this layer's MO may start before the
-// grid has finished this phase. Layer 0 also clears D[0]: a grid barrier follows its phase A.
-void phase_qkv(uint l) {
-    uint n = ROWS;
-    uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
-    uint cur = l % 2u, nxt = 1u - cur;
-    W8Ref w = W8Ref(layer_ptr(l, 1));
-    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationIndex; i < n * HIDDEN; i += GRID * WG) {
-        float v = x[res_at(cur) + i];
-        x[res_at(nxt) + i] = v;
-        x[d_at(l + 1u) + i] = 0.0;
-        if (l == 0u) x[d_at(0u) + i] = 0.0;
-    }
-    uint tag = ll_tag(l);
-    for (uint t = 0; t < n; t++) {
-        float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, cur, 0u, layer_ptr(l, 0));
-        for (uint j = 0; j < passes; j++) {
-            uint r = mv_row(ks, j);
-            float s = r < rows ? pass_dot(w, r, HIDDEN, ks, t, j) : 0.0;
-            s = row_total(s, ks) * scale;
-            if (r < rows && writes_row(ks)) qkv_put(t * rows + r, s, tag);
-        }
-        barrier();
-    }
-}
-
 // One vec4 of a cache row as loaded: packed halves (f16) or floats (f32); the other is unused.
 struct KvRaw {
     uvec2 h;
@@ -806,13 +782,16 @@ void load_v(out KvRaw vr[VR], uvec2 vp, uint seq, uint kvh, uint p0, uint lo, ui
 //
 // The cache's positions before the step's own were written by earlier steps, so a unit's K and V
 // rows do not depend on this step's data. For the first block of the first unit of subgroups 0 ..
-// KV_STAGE - 1, the workgroup loads them after the QKV phase (at layer 0 between the arrival and
-// the wait), into kvs; the attention then scores and sums that block from shared memory, without
-// the two round trips to the cache on its chain. A slot holds SG K rows, each padded by one 16-byte
-// chunk (lane j reads row j: 8 lanes of a 16-byte read then cover the 32 banks), then SG V rows.
-// Positions that are not read from the cache (outside [lo, p_end) or the step's own) hold zeros.
-// Subgroup 0 does not stage where there are others: at layer 0 its first invocation polls the
-// barrier, and its loads would delay the polls.
+// KV_STAGE - 1, the workgroup loads them while the QKV phase runs, into kvs; the attention then
+// scores and sums that block from shared memory, without the two round trips to the cache on its
+// chain. On an H100 at 512 this took a token from 801-810 to 768-773 us (the loads issued in the
+// QKV phase), where staging after the QKV phase, its round trip before the attention's polls, had
+// cost more than it saved (traces/bench/h100/persistent-timeline/NOTES.md). A slot holds SG K
+// rows, each padded by one 16-byte chunk (lane j reads row j: 8 lanes of a 16-byte read then cover
+// the 32 banks), then SG V rows. Positions that are not read from the cache (outside [lo, p_end)
+// or the step's own) hold zeros. Subgroup 0 does not stage where there are others: its first
+// invocation polls the barriers, and its lanes poll the query rows of its attention unit; their
+// loads would queue behind the staging's.
 const uint KV_SLOT = SG * (2u * KC + 1u);
 shared uvec4 kvs[KV_STAGE * KV_SLOT + 1u];
 const uint KV_STAGERS = NSG > 1u ? WG - SG : WG;
@@ -845,16 +824,20 @@ void kv_stage_at(uint e, out uint slot, out uint which, out uint row, out uint c
     at = slot * KV_SLOT + (which == 0u ? row * (KC + 1u) + c : SG * (KC + 1u) + row * KC + c);
 }
 
-// Called by every invocation after the QKV phase (at layer 0 between grid_arrive() and
-// grid_wait()), before a workgroup barrier.
-void stage_kv(uint l) {
+// This invocation's staged loads: issued in the QKV phase right after its staged row's loads
+// (stage_kv_load; a subgroup's loads complete in order, and the row is on the phase's chain),
+// stored into kvs at the phase's end (stage_kv_store, before the workgroup barrier that precedes
+// the attention). So their round trip to the cache runs beside the QKV matvec instead of on the
+// chain before the attention.
+uvec4 kv_pf[KV_PER];
+
+void stage_kv_load(uint l) {
     uint tid = gl_LocalInvocationIndex;
-    if (tid < WG - KV_STAGERS) return;
+    if (KV_STAGE == 0u || tid < WG - KV_STAGERS) return;
     uint i = tid - (WG - KV_STAGERS);
     uint per, splits;
     split_plan(per, splits);
     uvec2 kp = layer_ptr(l, 8), vp = layer_ptr(l, 9);
-    uvec4 v[KV_PER];
     [[unroll]] for (uint k = 0; k < KV_PER; k++) {
         uint slot, which, row, c, at;
         kv_stage_at(i + k * KV_STAGERS, slot, which, row, c, at);
@@ -862,14 +845,46 @@ void stage_kv(uint l) {
         bool ok = slot < KV_STAGE && first_block(slot, per, splits, t, kvh, p0, p_end);
         uint p = p0 + row;
         ok = ok && p >= rows_sh[t].z && p < p_end && p != rows_sh[t].x;
-        v[k] = uvec4(0u);
-        if (ok) v[k] = KRowRef(which == 0u ? kp : vp).c16[(kv_slot(rows_sh[t].y, p) * KV_HEADS + kvh) * KC + c];
+        kv_pf[k] = uvec4(0u);
+        if (ok) kv_pf[k] = KRowRef(which == 0u ? kp : vp).c16[(kv_slot(rows_sh[t].y, p) * KV_HEADS + kvh) * KC + c];
     }
+}
+
+void stage_kv_store() {
+    uint tid = gl_LocalInvocationIndex;
+    if (KV_STAGE == 0u || tid < WG - KV_STAGERS) return;
+    uint i = tid - (WG - KV_STAGERS);
     [[unroll]] for (uint k = 0; k < KV_PER; k++) {
         uint slot, which, row, c, at;
         kv_stage_at(i + k * KV_STAGERS, slot, which, row, c, at);
-        if (slot < KV_STAGE) kvs[at] = v[k];
+        if (slot < KV_STAGE) kvs[at] = kv_pf[k];
     }
+}
+
+// A: qkv[t] = W_qkv . norm(R[l % 2][t]) (layer 0: the embedding row), as tagged words. Its
+// staging also keeps the residual rows (see stage): R[(l + 1) % 2] = R[l % 2] and the next
+// layer's D[(l + 1) % 2] = 0, so this layer's MO may start before the grid has finished this phase.
+// Layer 0 also writes R0 from the embedding rows and clears D[0]: a grid barrier follows its
+// phase A. The attention's staged K and V rows travel during the phase (stage_kv_load, after the
+// staged row's loads; stage_kv_store at its end).
+void phase_qkv(uint l) {
+    uint n = ROWS;
+    uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
+    uint cur = l % 2u;
+    W8Ref w = W8Ref(layer_ptr(l, 1));
+    uint tag = ll_tag(l);
+    for (uint t = 0; t < n; t++) {
+        float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, cur, 0u, layer_ptr(l, 0), l);
+        if (t == 0u) stage_kv_load(l);
+        for (uint j = 0; j < passes; j++) {
+            uint r = mv_row(ks, j);
+            float s = r < rows ? pass_dot(w, r, HIDDEN, ks, t, j) : 0.0;
+            s = row_total(s, ks) * scale;
+            if (r < rows && writes_row(ks)) qkv_put(t * rows + r, s, tag);
+        }
+        barrier();
+    }
+    stage_kv_store();
 }
 
 // One vec4 of a staged V row (base: the row's first uvec4 in kvs) as kv_raw loads it.
@@ -994,7 +1009,7 @@ void phase_attention(uint l) {
                 }
             }
         }
-        // This subgroup's first unit has its first block staged (stage_kv) where it is one of
+        // This subgroup's first unit has its first block staged (stage_kv_load) where it is one of
         // the KV_STAGE first subgroups.
         uint first_p0 = max(p_begin, lo - lo % SG);
         bool staged_unit = gl_SubgroupID < KV_STAGE && u == first_u;
@@ -1274,7 +1289,8 @@ void load_down(out uvec2 dw[DE], W4Ref wd, uint i4, uint e0, uint per_wg, uint w
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
 // R[cur] + D), kept in shared memory after the staged row; then R[nxt] += W_down[:, those rows]
 // . act with float atomics, read from W_down^T (a contiguous row per channel). The workgroup
-// first adds its slice of D to R[nxt], which then holds R[cur] + D + down(act).
+// adds the vec4s of D it owns to R[nxt] as it stages them, so R[nxt] then holds R[cur] + D +
+// down(act).
 void phase_mlp(uint l) {
     uint n = ROWS;
     uint rows = INTER, ks = split_ks(rows), passes = mv_passes(rows, ks);
@@ -1283,15 +1299,12 @@ void phase_mlp(uint l) {
     uint tid = gl_LocalInvocationIndex, h4 = HIDDEN / 4u;
     W8Ref w = W8Ref(layer_ptr(l, 6));
     W4Ref wd = W4Ref(layer_ptr(l, 10));
-    for (uint i = gl_WorkGroupID.x * WG + tid; i < n * HIDDEN; i += GRID * WG) {
-        atomicAdd(x[res_at(nxt) + i], x[d_at(l) + i]);
-    }
     for (uint t = 0; t < n; t++) {
         // The down-projection's first loads do not depend on the step: they go out now and
         // travel while gate/up streams, instead of after the activations.
         // (After the staged row's loads: issued before them, they delayed the row and took as
         // much from the merge as they gave the MLP.)
-        float scale = stage(SRC_XD, t, cur, d_at(l), layer_ptr(l, 5));
+        float scale = stage(SRC_XD, t, cur, d_at(l), layer_ptr(l, 5), l);
         uvec2 dw[DE];
         load_down(dw, wd, tid, 0u, per_wg, wg_shift);
         for (uint j = 0; j < passes; j++) {
@@ -1477,7 +1490,6 @@ void main() {
     tag_base = sy.epoch;
     // Read after the first grid barrier, which orders these stores before them.
     for (uint t = gl_LocalInvocationIndex; t < ROWS; t += WG) rows_sh[t] = rows[t];
-    embed_rows();
     prefetch_qkv(0u);
     prefetch_norm(layer_ptr(0u, 0u));
     for (uint l = 0; l < LAYERS; l++) {
@@ -1486,11 +1498,10 @@ void main() {
         if (l == 0u) {
             // Orders layer 0's clear of D[0] (and the step's rows_sh) before every use.
             grid_arrive();
-            if (KV_STAGE > 0u) stage_kv(l);
             if (!grid_wait(c + 1u)) return;
         } else {
-            // The attention polls the rows it needs (tagged words).
-            if (KV_STAGE > 0u) stage_kv(l);
+            // The attention polls the rows it needs (tagged words); the K and V rows staged in
+            // the QKV phase are in kvs for every subgroup after this barrier.
             barrier();
         }
         phase_attention(l);

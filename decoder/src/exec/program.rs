@@ -128,7 +128,7 @@ pub struct Tuning {
     /// to reach the merge's several rounds on a one-workgroup CPU grid).
     pub persistent_splits: u32,
     /// Attention units per workgroup whose first block of K and V rows the persistent kernel
-    /// stages in shared memory while the grid meets after the QKV phase (`KV_STAGE`); 0: none.
+    /// stages in shared memory, loaded during the QKV phase (`KV_STAGE`); 0: none.
     /// Lowered (to 0 at worst) where the device's shared memory cannot hold them.
     pub persistent_kv_stage: u32,
     /// The persistent kernel writes a device clock per phase (`--timestamps dispatch` on a
@@ -262,14 +262,13 @@ impl Tuning {
                 persistent_wg: 256,
                 persistent_groups: 0,
                 persistent_splits: 0,
-                // None. Staging the first unit's first block while the grid met took 872 -> 856
-                // us per token at 512 on an H100 (traces/bench/h100/persistent-kv-stage/NOTES.md),
-                // but since the attention polls its q, k and v (tagged words) instead of waiting at
-                // a grid barrier, the staging's round trip comes before the polls' instead of
-                // beside the barrier: 0 against 1 measured 810, 807 against 818, 814 us at 512 and
-                // 1.25 against 1.27, 1.28 ms at 16K, and 5 KB less code
-                // (traces/bench/h100/persistent-tagged/NOTES.md).
-                persistent_kv_stage: 0,
+                // The first unit's first block: its loads go out during the QKV phase, so their
+                // round trip runs beside its matvec and the attention at short contexts reads no
+                // cache. On an H100, 768-773 against 800-810 us per token at 512, and 1.13-1.15
+                // against 1.18-1.19 ms at 16K (traces/bench/h100/persistent-timeline/NOTES.md).
+                // (Staged after the QKV phase instead, its round trip came before the attention's
+                // polls and it lost: persistent-tagged/NOTES.md.)
+                persistent_kv_stage: 1,
                 phase_clocks: false,
             }
         } else {
