@@ -1488,7 +1488,8 @@ void main() {
     phase_clock(0u);
     kv_len = params.kv_len;
     tag_base = sy.epoch;
-    // Read after the first grid barrier, which orders these stores before them.
+    // Read after the workgroup barriers of layer 0's first stage() at the earliest (the K and V
+    // staging's loads), which order these stores before them.
     for (uint t = gl_LocalInvocationIndex; t < ROWS; t += WG) rows_sh[t] = rows[t];
     prefetch_qkv(0u);
     prefetch_norm(layer_ptr(0u, 0u));
