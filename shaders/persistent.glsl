@@ -8,12 +8,14 @@
 //                    the layer's residual rows are set up (below); the first block of K and V
 //                    rows of the first unit of the first KV_STAGE subgroups is loaded during the
 //                    phase and goes into shared memory at its end (stage_kv_load, stage_kv_store)
-//                 C  split-K attention: a subgroup per (row, KV head, split) of whole blocks of
-//                    SG positions, online softmax, partials (m, l, o) per query head. Each
-//                    subgroup applies q RMSNorm + RoPE to its query heads itself and keeps them
-//                    in shared memory, where lane j reads them whole to score position j; the
-//                    subgroup whose split holds the row's position also applies them to the new k,
-//                    writes k and v into the caches and uses them from registers
+//                 C  split-K attention: a unit per (row, KV head, split) of whole blocks of SG
+//                    positions, online softmax, partials (m, l, o) per query head. A unit is one
+//                    subgroup, or GS of one workgroup with GQ / GS query heads each (head groups,
+//                    where the grid has room for them). Each subgroup applies q RMSNorm + RoPE
+//                    to its query heads itself and keeps them in shared memory, where lane j
+//                    reads them whole to score position j; the unit whose split holds the row's
+//                    position also applies them to the new k, writes k and v into the caches
+//                    and uses them from registers
 //                 MO merge of the splits and the o-projection: a workgroup per (row, query head,
 //                    OC of the head's dims) merges those dims (lanes keep a running max) and adds
 //                    their columns of W_o times them to the row's o-projection sum D
@@ -108,10 +110,13 @@
 // NSG + DE) / 4 for a staged row, the MLP's activations and DE zeros, NSG * OC / 4 for the merge
 // and NSG * GQ * (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of a head per lane: ceil(hd / 4 /
 // SG)), 10 KC (16-byte chunks of a K row), and from 11 on the model's shapes and the static tuning
-// of the step (below, 23 the K and V staging): with them constant, the compiler folds the address arithmetic, divisions,
-// loop bounds and guards that depend on them. On an H100 that took the binary from 147840 to
-// 109952 B and a token from 976 to 909 us at 512
-// (traces/bench/h100/persistent-specialized/NOTES.md).
+// of the step (below; 23 the K and V staging, 24 the head groups): with them constant, the
+// compiler folds the address arithmetic, divisions, loop bounds and guards that depend on them.
+// On an H100 that took the binary from 147840 to 109952 B and a token from 976 to 909 us at 512
+// (traces/bench/h100/persistent-specialized/NOTES.md). The head groups are one: a subgroup's
+// heads GQ / GS sized its arrays, so each grouping has code of its own (chosen at run time, the
+// one-group kernel spilled 288 bytes and lost 25 us per token at 512:
+// traces/bench/h100/persistent-timeline/NOTES.md).
 // Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
 // adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
 #extension GL_EXT_buffer_reference : require
@@ -154,10 +159,17 @@ layout(constant_id = 20) const uint MAX_SPLITS = 1;
 layout(constant_id = 21) const uint SPLIT_WANT = 0;
 layout(constant_id = 22) const uint ROWS = 1;
 // Attention units per workgroup whose first block of K and V rows is staged in shared memory during
-// the QKV phase (see stage_kv_load): the first unit of subgroups 0 .. KV_STAGE - 1.
+// the QKV phase (see stage_kv_load): the first unit of subgroups 0 .. KV_STAGE - 1 (of head groups
+// 0 .. KV_STAGE - 1 with GS > 1, whose subgroups share it).
 layout(constant_id = 23) const uint KV_STAGE = 0;
+// Head groups: subgroups per attention unit, each taking GQ / GS of its query heads (1, or GQ
+// where the grid has a subgroup for every head of every unit: decoder/src/exec/persistent.rs,
+// head_groups).
+layout(constant_id = 24) const uint GS = 1;
 
 const uint NSG = WG / SG;
+// Query heads per subgroup of an attention unit.
+const uint GH = GQ / GS;
 #define NEG_INF uintBitsToFloat(0xff800000u)
 // Phases per layer (A, C, MO, UD), each ending at a hand-off (a grid barrier or tagged words):
 // the phase clocks' slots.
@@ -663,7 +675,7 @@ void kv_store(uvec2 p, uint i4, vec4 v) {
 void split_plan(out uint per, out uint splits) {
     uint blocks = (kv_len + SG - 1u) / SG;
     uint units = ROWS * KV_HEADS;
-    uint want = SPLIT_WANT > 0u ? SPLIT_WANT : max(1u, nsub() / max(1u, units));
+    uint want = SPLIT_WANT > 0u ? SPLIT_WANT : max(1u, nsub() / GS / max(1u, units));
     per = max(1u, (blocks + want - 1u) / want);
     splits = (blocks + per - 1u) / per;
 }
@@ -916,11 +928,16 @@ void phase_attention(uint l) {
     uvec2 qn = layer_ptr(l, 2), kn = layer_ptr(l, 3);
     float qscale = inversesqrt(float(hd));
     uint tag = ll_tag(l);
-    uint first_u = gl_SubgroupID * GRID + gl_WorkGroupID.x;
+    uint units = n * KV_HEADS * splits;
+    // With head groups (GS > 1), GS subgroups of a workgroup take each unit, subgroup s its
+    // query heads (s % GS) GH .. (s % GS + 1) GH - 1. Subgroup s's k-th unit is
+    // (s / GS + k NSG / GS) GRID + the workgroup's index.
+    uint gsel = gl_SubgroupID % GS;
+    uint first_u = (gl_SubgroupID / GS) * GRID + gl_WorkGroupID.x;
     // Workgroup 0's clock for the phase's start where its subgroup 0 has no unit to take it.
-    if (l > 0u && first_u >= n * KV_HEADS * splits) phase_clock(PHASES_PER_LAYER * l + 1u);
+    if (l > 0u && gl_WorkGroupID.x >= units) phase_clock(PHASES_PER_LAYER * l + 1u);
     // Units go round the workgroups first, so short contexts spread over the whole device.
-    for (uint u = first_u; u < n * KV_HEADS * splits; u += nsub()) {
+    for (uint u = first_u; u < units; u += nsub() / GS) {
         // One division by the run-time split count; the rest are by constants.
         uint head = u / splits, sp = u - head * splits;
         uint t = head / KV_HEADS, kvh = head % KV_HEADS;
@@ -933,7 +950,7 @@ void phase_attention(uint l) {
         bool mine = p_begin <= pos && pos < p_begin + per * SG;
         uint ksrc = t * qkv_n + (HEADS + kvh) * hd;
         uint vsrc = t * qkv_n + (HEADS + KV_HEADS + kvh) * hd;
-        HeadRaw qraw[GQ * VPL], kraw[VPL];
+        HeadRaw qraw[GH * VPL], kraw[VPL];
         vec4 knew[VPL], vnew[VPL];
         RopeW rw[VPL];
         [[unroll]] for (uint k = 0; k < VPL; k++) {
@@ -949,9 +966,9 @@ void phase_attention(uint l) {
             ok = true;
             [[unroll]] for (uint k = 0; k < VPL; k++) {
                 uint v = lane + k * SG;
-                [[unroll]] for (uint g = 0; g < GQ; g++) {
+                [[unroll]] for (uint g = 0; g < GH; g++) {
                     qraw[g * VPL + k] = HeadRaw(vec4(0.0), vec4(0.0));
-                    if (v < hd4) qraw[g * VPL + k] = head_raw(t * qkv_n + (kvh * GQ + g) * hd, v, tag, ok);
+                    if (v < hd4) qraw[g * VPL + k] = head_raw(t * qkv_n + (kvh * GQ + gsel * GH + g) * hd, v, tag, ok);
                 }
                 kraw[k] = HeadRaw(vec4(0.0), vec4(0.0));
                 vnew[k] = vec4(0.0);
@@ -965,12 +982,12 @@ void phase_attention(uint l) {
         if (l > 0u && u == first_u) phase_clock(PHASES_PER_LAYER * l + 1u);
         // This subgroup's query heads go to its part of xs (every lane reads them whole when it
         // scores its position), and the block's weights after them.
-        uint qb = gl_SubgroupID * GQ * (hd4 + PJ4);
-        uint pb = qb + GQ * hd4;
+        uint qb = gl_SubgroupID * GH * (hd4 + PJ4);
+        uint pb = qb + GH * hd4;
         subgroupBarrier();
-        vec4 acc[GQ * VPL];
-        float m[GQ], lsum[GQ];
-        [[unroll]] for (uint g = 0; g < GQ; g++) {
+        vec4 acc[GH * VPL];
+        float m[GH], lsum[GH];
+        [[unroll]] for (uint g = 0; g < GH; g++) {
             m[g] = NEG_INF;
             lsum[g] = 0.0;
             float ss = 0.0;
@@ -999,8 +1016,11 @@ void phase_attention(uint l) {
                 uint v = lane + k * SG;
                 if (v < hd4) {
                     knew[k] = roped4(kraw[k], v, scale, rw[k].ka, rw[k].kb, rw[k]);
-                    kv_store(kp, base4 + v, knew[k]);
-                    kv_store(vp, base4 + v, vnew[k]);
+                    // (The head group's first subgroup writes the caches.)
+                    if (gsel == 0u) {
+                        kv_store(kp, base4 + v, knew[k]);
+                        kv_store(vp, base4 + v, vnew[k]);
+                    }
                     // Attention reads what the cache holds.
                     if (KV_F16 == 1u) {
                         knew[k] = vec4(f16vec4(knew[k]));
@@ -1012,10 +1032,10 @@ void phase_attention(uint l) {
         // This subgroup's first unit has its first block staged (stage_kv_load) where it is one of
         // the KV_STAGE first subgroups.
         uint first_p0 = max(p_begin, lo - lo % SG);
-        bool staged_unit = gl_SubgroupID < KV_STAGE && u == first_u;
+        bool staged_unit = gl_SubgroupID / GS < KV_STAGE && u == first_u;
         for (uint p0 = first_p0; p0 < p_end; p0 += SG) {
             bool staged = staged_unit && p0 == first_p0;
-            uint sb = gl_SubgroupID * KV_SLOT;
+            uint sb = (gl_SubgroupID / GS) * KV_SLOT;
             uvec4 kc[KC];
             if (staged) {
                 [[unroll]] for (uint c = 0; c < KC; c++) kc[c] = kvs[sb + lane * (KC + 1u) + c];
@@ -1023,8 +1043,8 @@ void phase_attention(uint l) {
                 load_k(kc, kp, seq, kvh, p0, lo, p_end, pos);
             }
             bool ok = p0 + lane >= lo && p0 + lane < p_end;
-            float mine_s[GQ];
-            [[unroll]] for (uint g = 0; g < GQ; g++) {
+            float mine_s[GH];
+            [[unroll]] for (uint g = 0; g < GH; g++) {
                 float d = 0.0;
                 // Every lane reads the same query vec4s (a broadcast from shared memory).
                 [[unroll]] for (uint c = 0; c < KC; c++) {
@@ -1035,7 +1055,7 @@ void phase_attention(uint l) {
             }
             if (mine && p0 <= pos && pos < p0 + SG) {
                 // The step's own position, from the k in registers.
-                [[unroll]] for (uint g = 0; g < GQ; g++) {
+                [[unroll]] for (uint g = 0; g < GH; g++) {
                     float d = 0.0;
                     [[unroll]] for (uint k = 0; k < VPL; k++) {
                         uint v = lane + k * SG;
@@ -1045,8 +1065,8 @@ void phase_attention(uint l) {
                     if (lane == pos - p0) mine_s[g] = d;
                 }
             }
-            float pj[GQ];
-            [[unroll]] for (uint g = 0; g < GQ; g++) {
+            float pj[GH];
+            [[unroll]] for (uint g = 0; g < GH; g++) {
                 float bm = subgroupMax(mine_s[g]);
                 float nm = max(m[g], bm);
                 float alpha = (m[g] == NEG_INF) ? 0.0 : exp(m[g] - nm);
@@ -1058,7 +1078,7 @@ void phase_attention(uint l) {
             // The weights go to shared memory, where every lane reads them four at a time (after
             // every lane has read the last block's).
             subgroupBarrier();
-            [[unroll]] for (uint g = 0; g < GQ; g++) xs[pb + g * PJ4 + lane / 4u][lane % 4u] = pj[g];
+            [[unroll]] for (uint g = 0; g < GH; g++) xs[pb + g * PJ4 + lane / 4u][lane % 4u] = pj[g];
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             KvRaw vr[VR];
@@ -1075,7 +1095,7 @@ void phase_attention(uint l) {
             [[unroll]] for (uint j = 0; j < SG; j++) {
                 vec4 vv[VPL];
                 [[unroll]] for (uint k = 0; k < VPL; k++) vv[k] = kv_value(vr[j * VPL + k]);
-                [[unroll]] for (uint g = 0; g < GQ; g++) {
+                [[unroll]] for (uint g = 0; g < GH; g++) {
                     float w = xs[pb + g * PJ4 + j / 4u][j % 4u];
                     [[unroll]] for (uint k = 0; k < VPL; k++) acc[g * VPL + k] += w * vv[k];
                 }
@@ -1083,14 +1103,14 @@ void phase_attention(uint l) {
             // The step's own position (its V loaded as zeros above), from registers.
             if (mine && p0 <= pos && pos < p0 + SG) {
                 uint j = pos - p0;
-                [[unroll]] for (uint g = 0; g < GQ; g++) {
+                [[unroll]] for (uint g = 0; g < GH; g++) {
                     float w = xs[pb + g * PJ4 + j / 4u][j % 4u];
                     [[unroll]] for (uint k = 0; k < VPL; k++) acc[g * VPL + k] += w * vnew[k];
                 }
             }
         }
-        [[unroll]] for (uint g = 0; g < GQ; g++) {
-            uint h = kvh * GQ + g;
+        [[unroll]] for (uint g = 0; g < GH; g++) {
+            uint h = kvh * GQ + gsel * GH + g;
             uint base = ((t * HEADS + h) * MAX_SPLITS + sp) * (hd + 4u);
             if (lane == 0u) {
                 part_put(base, m[g], tag);

@@ -133,6 +133,36 @@ pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER] {
     ]
 }
 
+/// Subgroups per attention unit of the kernel (its `GS`), for steps of `rows` rows: the unit's
+/// query heads (`GQ` per KV head) each get a subgroup of their own where the grid has one for
+/// every query head of every unit at the KV capacity (`max_seq`) with one block of positions per
+/// unit, the split plan the kernel uses at short contexts either way. Else 1: the kernel's split
+/// plan aims for `GS` times fewer splits, and longer chains of blocks per unit cost more than the
+/// heads' sharing saves (on an H100 at 16K, 1.33 against 1.21 ms per token; at 512, 753-760
+/// against 766-772 us: traces/bench/h100/persistent-head-groups/NOTES.md). The tuning key
+/// `persistent_head_groups` overrides the rule (1: never, 2: always); a query-head count that does
+/// not divide the workgroup's subgroups keeps 1.
+pub fn head_groups(s: &Shape, t: &Tuning, rows: u32) -> u32 {
+    let gq = (s.heads / s.kv_heads.max(1)).max(1);
+    let sg = t.subgroup.max(1);
+    let nsg = (t.persistent_wg / sg).max(1);
+    if gq == 1 || !nsg.is_multiple_of(gq) || t.persistent_head_groups == 1 {
+        return 1;
+    }
+    if t.persistent_head_groups == 2 {
+        return gq;
+    }
+    let units = (rows.max(1) * s.kv_heads).max(1);
+    let nsub = t.persistent_groups.max(1) * nsg;
+    let want = if t.persistent_splits > 0 {
+        t.persistent_splits
+    } else {
+        (nsub / gq / units).max(1)
+    };
+    let blocks = s.max_seq.div_ceil(sg);
+    if blocks <= want { gq } else { 1 }
+}
+
 /// Dims of a head that one unit of the kernel's merge + o-projection phase takes (`OC`).
 pub const MERGE_DIMS: u32 = 16;
 
@@ -428,6 +458,7 @@ impl Lower<'_> {
             self.n,
         ]);
         sp[23] = t.persistent_kv_stage;
+        sp[24] = head_groups(&s, t, self.n);
         sp
     }
 
@@ -526,6 +557,61 @@ mod tests {
         assert_eq!(fit_workgroup(&s, &t, 1, 2, 1024), t.subgroup);
         // Each row's parameters take 16 bytes.
         assert_eq!(shared_bytes(&s, &t, 4, 2) - shared_bytes(&s, &t, 1, 2), 48);
+    }
+
+    #[test]
+    fn head_groups_only_where_every_unit_keeps_one_block() {
+        // An H100's tuning and grid (132 workgroups of 8 subgroups) and Qwen3-0.6B's heads (GQA
+        // 2 over 8 KV heads): 1056 subgroups, 66 blocks of 32 positions a KV head with two
+        // subgroups a unit.
+        let t = Tuning {
+            persistent_groups: 132,
+            ..Tuning::for_device(132, 32, 40960, 8)
+        };
+        assert_eq!((t.subgroup, t.persistent_wg), (32, 256));
+        let at = |max_seq: u32, t: &Tuning, rows: u32| {
+            head_groups(
+                &Shape {
+                    max_seq,
+                    ..shape(16, 8, 128)
+                },
+                t,
+                rows,
+            )
+        };
+        assert_eq!(at(770, &t, 1), 2);
+        assert_eq!(at(66 * 32, &t, 1), 2);
+        assert_eq!(at(66 * 32 + 1, &t, 1), 1);
+        assert_eq!(at(16384 + 258, &t, 1), 1);
+        // Rows share the grid: four rows have a quarter of the blocks each.
+        assert_eq!(at(770, &t, 4), 1);
+        assert_eq!(at(16 * 32, &t, 4), 2);
+        // The overrides.
+        let off = Tuning {
+            persistent_head_groups: 1,
+            ..t
+        };
+        let on = Tuning {
+            persistent_head_groups: 2,
+            ..t
+        };
+        assert_eq!(at(770, &off, 1), 1);
+        assert_eq!(at(16384, &on, 1), 2);
+        // GQA 1 has one head a unit; GQA 3 does not divide 8 subgroups.
+        assert_eq!(head_groups(&shape(8, 8, 128), &on, 1), 1);
+        assert_eq!(head_groups(&shape(24, 8, 128), &on, 1), 1);
+        // GQA 8 takes every subgroup of a workgroup.
+        assert_eq!(
+            head_groups(
+                &Shape {
+                    max_seq: 256,
+                    ..shape(64, 8, 64)
+                },
+                &t,
+                1
+            ),
+            8
+        );
     }
 
     #[test]

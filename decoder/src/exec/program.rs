@@ -131,6 +131,11 @@ pub struct Tuning {
     /// stages in shared memory, loaded during the QKV phase (`KV_STAGE`); 0: none.
     /// Lowered (to 0 at worst) where the device's shared memory cannot hold them.
     pub persistent_kv_stage: u32,
+    /// Head groups of the persistent kernel's attention (`persistent::head_groups`): 0 (the
+    /// default) gives each query head of a unit a subgroup of its own where the grid has one for
+    /// every query head of every unit up to the KV capacity, 1 never, 2 always (tests use it to
+    /// reach them on a one-workgroup CPU grid).
+    pub persistent_head_groups: u32,
     /// The persistent kernel writes a device clock per phase (`--timestamps dispatch` on a
     /// device with shaderDeviceClock): set by the engine, not a tuning key.
     pub phase_clocks: bool,
@@ -174,6 +179,7 @@ impl Tuning {
                 "persistent_groups" if (1..=4096).contains(&v) => self.persistent_groups = v,
                 "persistent_splits" if (1..=4096).contains(&v) => self.persistent_splits = v,
                 "persistent_kv_stage" if v <= 8 => self.persistent_kv_stage = v,
+                "persistent_head_groups" if v <= 2 => self.persistent_head_groups = v,
                 "attn_wg"
                 | "n_splits"
                 | "attn_tile"
@@ -185,20 +191,21 @@ impl Tuning {
                 | "persistent_wg"
                 | "persistent_groups"
                 | "persistent_splits"
-                | "persistent_kv_stage" => {
+                | "persistent_kv_stage"
+                | "persistent_head_groups" => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: {key}={v} is out of range (attn_wg: a power of two \
                          from 32 to 1024, n_splits: 1 to 1024, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
                          the device's subgroup size, prefill_max_r: 16 or 32, attn_unroll: 8, 16 or 32, attn_kcoop: 0, 1 or 2, \
                          persistent_wg: a power of two from 32 to 1024, persistent_groups and persistent_splits: 1 to 4096, \
-                         persistent_kv_stage: 0 to 8)"
+                         persistent_kv_stage: 0 to 8, persistent_head_groups: 0 (by the grid), 1 (off) or 2 (on))"
                     ));
                 }
                 _ => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch, attn_sg, \
-                         prefill_max_r, attn_unroll, attn_kcoop, persistent_wg, persistent_groups, persistent_splits or \
-                         persistent_kv_stage)"
+                         prefill_max_r, attn_unroll, attn_kcoop, persistent_wg, persistent_groups, persistent_splits, \
+                         persistent_kv_stage or persistent_head_groups)"
                     ));
                 }
             }
@@ -269,6 +276,7 @@ impl Tuning {
                 // (Staged after the QKV phase instead, its round trip came before the attention's
                 // polls and it lost: persistent-tagged/NOTES.md.)
                 persistent_kv_stage: 1,
+                persistent_head_groups: 0,
                 phase_clocks: false,
             }
         } else {
@@ -296,6 +304,7 @@ impl Tuning {
                 // One subgroup's, so CI checks the staged blocks (DECODESCOPE_TUNING
                 // persistent_kv_stage on a GPU) beside the loaded ones.
                 persistent_kv_stage: 1,
+                persistent_head_groups: 0,
                 phase_clocks: false,
             }
         }
