@@ -41,6 +41,15 @@
 // Atomics sum in no fixed order, so the last bits of the residual (and of the logits) can differ
 // between runs.
 //
+// The residual rows' copies: each of R0, R1, D0 and D1 is RC rows in x, and a workgroup's atomics
+// add into copy (its index mod RC); a row's value is the sum of its copies (sum4), which every
+// reader loads at once. Every word of D and of the next R takes an atomic from every workgroup
+// (the o- and down-projections' sums), and the atomics of the whole grid to one cache line are
+// processed one after another where the line lives: the fence of a grid barrier's arrival waits
+// for them. With 4 copies on an H100 a token took 743-745 against 759-767 us at 512, the same at
+// 16K (traces/bench/h100/persistent-head-groups/NOTES.md). Phase A's owners write copy 0 of
+// R[(l + 1) % 2] and clear its other copies and every copy of D[(l + 1) % 2].
+//
 // The matvec phases A and UD give each row to KS subgroups of one workgroup (KS > 1 when the
 // grid has more subgroups than twice the rows; their sums meet in shared memory) after the
 // workgroup has staged the step's input row, normalized, in shared memory; lanes stride the
@@ -102,7 +111,7 @@
 // wdown^T).
 // Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
 // u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
-// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [4, n, hidden] (R0, R1, D0, D1), 10 qkv
+// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [4 RC, n, hidden] (R0, R1, D0, D1, RC copies each), 10 qkv
 // tagged words [n, qkv_rows], 11 phase clocks uvec2 [4 layers + 2], 12 partial tagged words [n,
 // heads, max_splits, hd + 4], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n + 1].
 // Spec: 0 WG, 1 SG (the subgroup size), 2 QK_NORM, 3 GQ (query heads per KV head), 4..7 the KV
@@ -166,6 +175,10 @@ layout(constant_id = 23) const uint KV_STAGE = 0;
 // where the grid has a subgroup for every head of every unit: decoder/src/exec/persistent.rs,
 // head_groups).
 layout(constant_id = 24) const uint GS = 1;
+// Copies of each residual row (R0, R1, D0, D1) that the float atomics add into: workgroup w's go
+// to copy w % RC, so each word takes 1 / RC of the grid's atomics; a reader sums the copies (see
+// "the residual rows' copies").
+layout(constant_id = 25) const uint RC = 1;
 
 const uint NSG = WG / SG;
 // Query heads per subgroup of an attention unit.
@@ -428,8 +441,21 @@ float wg_sum(float v) {
     return total;
 }
 
-// The residual stream's rows in x: R0, R1, then D (see binding 9).
-uint res_at(uint k) { return k * ROWS * HIDDEN; }
+// The residual stream's rows in x: R0, R1, then D, RC copies each (see binding 9).
+uint res_at(uint k) { return k * RC * ROWS * HIDDEN; }
+
+// Copy c of a residual row at `at` (res_at or d_at).
+uint copy_at(uint at, uint c) { return at + c * ROWS * HIDDEN; }
+
+// Elements o .. o + 3 of the row at `at` (o a multiple of 4): the sum of its copies.
+vec4 sum4(uint at, uint o) {
+    vec4 v = x4v[(at + o) / 4u];
+    [[unroll]] for (uint c = 1; c < RC; c++) v += x4v[(copy_at(at, c) + o) / 4u];
+    return v;
+}
+
+// The copy this workgroup's atomics add into.
+uint my_copy(uint at) { return copy_at(at, gl_WorkGroupID.x % RC); }
 
 // The o-projection's sum of layer l: D[l % 2], after R0 and R1.
 uint d_at(uint l) { return res_at(2u + l % 2u); }
@@ -448,9 +474,10 @@ bool owns4(uint t, uint i) { return (t * (HIDDEN / 4u) + i) % GRID == gl_WorkGro
 // (the RMS scale is returned). `k` picks the residual row R[k], `l` is the layer. Ends with a
 // barrier. The residual rows' upkeep rides on the staged loads: the workgroup that owns a vec4
 // (owns4) writes it from the value it staged, with no loads of its own:
-// - SRC_X / SRC_EMBED (phase A): R[1 - k] = R[k] (layer 0: R0 = R1 = the embedding row), which UD
-//   adds to with atomics, and D[(l + 1) % 2] = 0 (layer 0: D[0] too), which the next layer's MO
-//   adds to (the last to read it was the previous layer's UD, before the barrier that ends it);
+// - SRC_X / SRC_EMBED (phase A): R[1 - k] = R[k] (layer 0: R0 = R1 = the embedding row) in its
+//   first copy and 0 in the others, which UD adds to with atomics, and D[(l + 1) % 2] = 0 in every
+//   copy (layer 0: D[0] too), which the next layer's MO adds to (the last to read it was the
+//   previous layer's UD, before the barrier that ends it);
 // - SRC_XD (phase UD): R[1 - k] += D (`d`), float atomics beside the down-projection's.
 float stage(uint src, uint t, uint k, uint d, uvec2 norm, uint l) {
     uint tid = gl_LocalInvocationIndex;
@@ -463,21 +490,27 @@ float stage(uint src, uint t, uint k, uint d, uvec2 norm, uint l) {
         if (src == SRC_EMBED) {
             uvec4 e = embed8[(ids[t] * cols) / 8 + i / 2];
             v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
-            if (own) x4v[(res_at(0u) + o) / 4u] = v;
+            if (own) {
+                x4v[(res_at(0u) + o) / 4u] = v;
+                [[unroll]] for (uint c = 1; c < RC; c++) x4v[(copy_at(res_at(0u), c) + o) / 4u] = vec4(0.0);
+            }
         } else {
-            v = x4(res_at(k) + o);
+            v = sum4(res_at(k), o);
             if (src == SRC_XD) {
-                vec4 dv = x4(d + o);
+                vec4 dv = sum4(d, o);
                 if (own) {
-                    [[unroll]] for (uint c = 0; c < 4u; c++) atomicAdd(x[res_at(1u - k) + o + c], dv[c]);
+                    [[unroll]] for (uint c = 0; c < 4u; c++) atomicAdd(x[my_copy(res_at(1u - k)) + o + c], dv[c]);
                 }
                 v += dv;
             }
         }
         if (src != SRC_XD && own) {
             x4v[(res_at(1u - k) + o) / 4u] = v;
-            x4v[(d_at(l + 1u) + o) / 4u] = vec4(0.0);
-            if (l == 0u) x4v[(d_at(0u) + o) / 4u] = vec4(0.0);
+            [[unroll]] for (uint c = 0; c < RC; c++) {
+                if (c > 0u) x4v[(copy_at(res_at(1u - k), c) + o) / 4u] = vec4(0.0);
+                x4v[(copy_at(d_at(l + 1u), c) + o) / 4u] = vec4(0.0);
+                if (l == 0u) x4v[(copy_at(d_at(0u), c) + o) / 4u] = vec4(0.0);
+            }
         }
         ss += dot(v, v);
         xs[i] = v * (i == tid ? norm_pf : F32Ref(norm).v4[i]);
@@ -1265,7 +1298,7 @@ void phase_merge_o(uint l) {
         }
         float inv = total > 0.0 ? 1.0 / total : 0.0;
         barrier();
-        uint d = d_at(l) + t * HIDDEN;
+        uint d = my_copy(d_at(l)) + t * HIDDEN;
         [[unroll]] for (uint m = 0; m < OR; m++) {
             uint r = tid + m * WG;
             float v = (dot8(w[2 * m], a[0], a[1]) + dot8(w[2 * m + 1], a[2], a[3])) * inv;
@@ -1370,7 +1403,7 @@ void phase_mlp(uint l) {
             xs[i4] = acc;
         }
         barrier();
-        uint o = res_at(nxt) + t * HIDDEN;
+        uint o = my_copy(res_at(nxt)) + t * HIDDEN;
         for (uint i = tid; i < HIDDEN; i += WG) atomicAdd(x[o + i], xs[i / 4u][i % 4u]);
         barrier();
     }
@@ -1419,7 +1452,7 @@ void phase_head() {
         uint tid = gl_LocalInvocationIndex;
         float ss = 0.0;
         for (uint i = tid; i < HIDDEN / 4; i += WG) {
-            vec4 v = x4(res_at(LAYERS % 2u) + t * HIDDEN + 4 * i);
+            vec4 v = sum4(res_at(LAYERS % 2u), t * HIDDEN + 4 * i);
             ss += dot(v, v);
             xs[i] = v * (i == tid ? norm_pf : final_norm4[i]);
         }

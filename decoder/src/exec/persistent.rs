@@ -171,8 +171,13 @@ pub const MERGE_DIMS: u32 = 16;
 const PARTIAL_LEAD: u64 = 4;
 
 /// Rows per token of the kernel's `x` buffer: the residual rows R0 and R1 and the o-projection's
-/// sums D0 and D1 (layer l adds to D[l % 2] while clearing the other).
-pub const RESIDUAL_ROWS: u32 = 4;
+/// sums D0 and D1 (layer l adds to D[l % 2] while clearing the other), up to
+/// [`MAX_RESIDUAL_COPIES`] copies of each.
+pub const RESIDUAL_ROWS: u32 = 4 * MAX_RESIDUAL_COPIES;
+
+/// The most copies of each residual row the kernel's float atomics may spread over (its `RC`,
+/// the `persistent_res_copies` tuning).
+pub const MAX_RESIDUAL_COPIES: u32 = 8;
 
 /// Bytes of one element of the kernel's `qkv` and `partial` buffers: a tagged word (the value's
 /// 32 bits and the tag of the step and layer that wrote it, one 64-bit atomic).
@@ -459,6 +464,7 @@ impl Lower<'_> {
         ]);
         sp[23] = t.persistent_kv_stage;
         sp[24] = head_groups(&s, t, self.n);
+        sp[25] = t.persistent_res_copies.clamp(1, MAX_RESIDUAL_COPIES);
         sp
     }
 

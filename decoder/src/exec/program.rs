@@ -136,6 +136,9 @@ pub struct Tuning {
     /// every query head of every unit up to the KV capacity, 1 never, 2 always (tests use it to
     /// reach them on a one-workgroup CPU grid).
     pub persistent_head_groups: u32,
+    /// Copies of each residual row the persistent kernel's float atomics spread over (`RC`, at
+    /// most `persistent::MAX_RESIDUAL_COPIES`), so each word takes 1 / RC of the grid's atomics.
+    pub persistent_res_copies: u32,
     /// The persistent kernel writes a device clock per phase (`--timestamps dispatch` on a
     /// device with shaderDeviceClock): set by the engine, not a tuning key.
     pub phase_clocks: bool,
@@ -180,6 +183,7 @@ impl Tuning {
                 "persistent_splits" if (1..=4096).contains(&v) => self.persistent_splits = v,
                 "persistent_kv_stage" if v <= 8 => self.persistent_kv_stage = v,
                 "persistent_head_groups" if v <= 2 => self.persistent_head_groups = v,
+                "persistent_res_copies" if (1..=8).contains(&v) => self.persistent_res_copies = v,
                 "attn_wg"
                 | "n_splits"
                 | "attn_tile"
@@ -192,20 +196,21 @@ impl Tuning {
                 | "persistent_groups"
                 | "persistent_splits"
                 | "persistent_kv_stage"
-                | "persistent_head_groups" => {
+                | "persistent_head_groups"
+                | "persistent_res_copies" => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: {key}={v} is out of range (attn_wg: a power of two \
                          from 32 to 1024, n_splits: 1 to 1024, attn_tile: 16 or 32, attn_prefetch: 0 or 1, attn_sg: 0 or \
                          the device's subgroup size, prefill_max_r: 16 or 32, attn_unroll: 8, 16 or 32, attn_kcoop: 0, 1 or 2, \
                          persistent_wg: a power of two from 32 to 1024, persistent_groups and persistent_splits: 1 to 4096, \
-                         persistent_kv_stage: 0 to 8, persistent_head_groups: 0 (by the grid), 1 (off) or 2 (on))"
+                         persistent_kv_stage: 0 to 8, persistent_head_groups: 0 (by the grid), 1 (off) or 2 (on), persistent_res_copies: 1 to 8)"
                     ));
                 }
                 _ => {
                     return Err(format!(
                         "DECODESCOPE_TUNING: unknown key {key:?} (use attn_wg, n_splits, attn_tile, attn_prefetch, attn_sg, \
                          prefill_max_r, attn_unroll, attn_kcoop, persistent_wg, persistent_groups, persistent_splits, \
-                         persistent_kv_stage or persistent_head_groups)"
+                         persistent_kv_stage, persistent_head_groups or persistent_res_copies)"
                     ));
                 }
             }
@@ -277,6 +282,11 @@ impl Tuning {
                 // polls and it lost: persistent-tagged/NOTES.md.)
                 persistent_kv_stage: 1,
                 persistent_head_groups: 0,
+                // Each residual word takes an atomic from every workgroup twice a layer; spread
+                // over 4 copies, 743-745 against 759-767 us per token at 512 on an H100 (2: 753-755,
+                // 8: 763, a larger binary), the same at 16K
+                // (traces/bench/h100/persistent-head-groups/NOTES.md).
+                persistent_res_copies: 4,
                 phase_clocks: false,
             }
         } else {
@@ -305,6 +315,9 @@ impl Tuning {
                 // persistent_kv_stage on a GPU) beside the loaded ones.
                 persistent_kv_stage: 1,
                 persistent_head_groups: 0,
+                // The GPU's value, so CI runs the copies' code (on one workgroup every atomic
+                // goes to the first copy; the others are cleared and summed).
+                persistent_res_copies: 4,
                 phase_clocks: false,
             }
         }

@@ -9,7 +9,7 @@ use super::error::{VkError, VkResult, call};
 use crate::shaders::Shader;
 
 /// Number of specialization constants a pipeline description carries (constant ids 0..N).
-pub const SPEC_CONSTANTS: usize = 25;
+pub const SPEC_CONSTANTS: usize = 26;
 
 /// A compute pipeline's description. `Copy + Hash + Eq`, so it is the pipeline cache key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
