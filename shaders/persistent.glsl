@@ -111,21 +111,22 @@
 // wdown^T).
 // Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
 // u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
-// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [4 RC, n, hidden] (R0, R1, D0, D1, RC copies each), 10 qkv
-// tagged words [n, qkv_rows], 11 phase clocks uvec2 [4 layers + 2], 12 partial tagged words [n,
-// heads, max_splits, hd + 4], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n + 1].
+// [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [4 RC, n, hidden] (R0, R1, D0, D1, RC copies
+// each), 10 qkv tagged words [n, qkv_rows], 11 phase clocks uvec2 [4 layers + 2], 12 partial
+// tagged words [n, heads, max_splits, hd + 4], 13 logits f32 [n, vocab], 14 argmax out u32 [2 n +
+// 1].
 // Spec: 0 WG, 1 SG (the subgroup size), 2 QK_NORM, 3 GQ (query heads per KV head), 4..7 the KV
 // layout (shaders/kv.glsl), 8 XS (vec4s of shared staging: at least (hidden + intermediate +
 // NSG + DE) / 4 for a staged row, the MLP's activations and DE zeros, NSG * OC / 4 for the merge
 // and NSG * GQ * (hd / 4 + PJ4) for the attention), 9 VPL (vec4s of a head per lane: ceil(hd / 4 /
 // SG)), 10 KC (16-byte chunks of a K row), and from 11 on the model's shapes and the static tuning
-// of the step (below; 23 the K and V staging, 24 the head groups): with them constant, the
-// compiler folds the address arithmetic, divisions, loop bounds and guards that depend on them.
-// On an H100 that took the binary from 147840 to 109952 B and a token from 976 to 909 us at 512
-// (traces/bench/h100/persistent-specialized/NOTES.md). The head groups are one: a subgroup's
-// heads GQ / GS sized its arrays, so each grouping has code of its own (chosen at run time, the
-// one-group kernel spilled 288 bytes and lost 25 us per token at 512:
-// traces/bench/h100/persistent-timeline/NOTES.md).
+// of the step (below; 23 the K and V staging, 24 the head groups, 25 the residual rows' copies):
+// with them constant, the compiler folds the address arithmetic, divisions, loop bounds and
+// guards that depend on them. On an H100 that took the binary from 147840 to 109952 B and a token
+// from 976 to 909 us at 512 (traces/bench/h100/persistent-specialized/NOTES.md). The head groups
+// size a subgroup's arrays (GQ / GS heads), so each grouping has code of its own: chosen at run
+// time instead, the one-group kernel spilled 288 bytes and lost 25 us per token at 512
+// (traces/bench/h100/persistent-timeline/NOTES.md).
 // Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
 // adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
 #extension GL_EXT_buffer_reference : require
