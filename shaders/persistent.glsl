@@ -472,15 +472,16 @@ const uint SRC_X = 0, SRC_EMBED = 1, SRC_XD = 2;
 bool owns4(uint t, uint i) { return (t * (HIDDEN / 4u) + i) % GRID == gl_WorkGroupID.x; }
 
 // Stages input row t (hidden values) of `src` into xs, multiplied by the norm weights `norm`
-// (the RMS scale is returned). `k` picks the residual row R[k], `l` is the layer. Ends with a
-// barrier. The residual rows' upkeep rides on the staged loads: the workgroup that owns a vec4
+// (the RMS scale is returned); layer l reads R[k], k = l % 2 (and D[l % 2] for SRC_XD). Ends with
+// a barrier. The residual rows' upkeep rides on the staged loads: the workgroup that owns a vec4
 // (owns4) writes it from the value it staged, with no loads of its own:
 // - SRC_X / SRC_EMBED (phase A): R[1 - k] = R[k] (layer 0: R0 = R1 = the embedding row) in its
 //   first copy and 0 in the others, which UD adds to with atomics, and D[(l + 1) % 2] = 0 in every
 //   copy (layer 0: D[0] too), which the next layer's MO adds to (the last to read it was the
 //   previous layer's UD, before the barrier that ends it);
-// - SRC_XD (phase UD): R[1 - k] += D (`d`), float atomics beside the down-projection's.
-float stage(uint src, uint t, uint k, uint d, uvec2 norm, uint l) {
+// - SRC_XD (phase UD): R[1 - k] += D[l % 2], float atomics beside the down-projection's.
+float stage(uint src, uint t, uvec2 norm, uint l) {
+    uint k = l % 2u, d = d_at(l);
     uint tid = gl_LocalInvocationIndex;
     uint cols = HIDDEN, n4 = cols / 4;
     float ss = 0.0;
@@ -916,11 +917,10 @@ void stage_kv_store() {
 void phase_qkv(uint l) {
     uint n = ROWS;
     uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
-    uint cur = l % 2u;
     W8Ref w = W8Ref(layer_ptr(l, 1));
     uint tag = ll_tag(l);
     for (uint t = 0; t < n; t++) {
-        float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, cur, 0u, layer_ptr(l, 0), l);
+        float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, layer_ptr(l, 0), l);
         if (t == 0u) stage_kv_load(l);
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
@@ -1349,7 +1349,7 @@ void phase_mlp(uint l) {
     uint n = ROWS;
     uint rows = INTER, ks = split_ks(rows), passes = mv_passes(rows, ks);
     uint per_wg = NSG >> findLSB(ks), e_n = passes * per_wg, wg_shift = findLSB(per_wg);
-    uint cur = l % 2u, nxt = 1u - cur;
+    uint nxt = 1u - l % 2u;
     uint tid = gl_LocalInvocationIndex, h4 = HIDDEN / 4u;
     W8Ref w = W8Ref(layer_ptr(l, 6));
     W4Ref wd = W4Ref(layer_ptr(l, 10));
@@ -1358,7 +1358,7 @@ void phase_mlp(uint l) {
         // travel while gate/up streams, instead of after the activations.
         // (After the staged row's loads: issued before them, they delayed the row and took as
         // much from the merge as they gave the MLP.)
-        float scale = stage(SRC_XD, t, cur, d_at(l), layer_ptr(l, 5), l);
+        float scale = stage(SRC_XD, t, layer_ptr(l, 5), l);
         uvec2 dw[DE];
         load_down(dw, wd, tid, 0u, per_wg, wg_shift);
         for (uint j = 0; j < passes; j++) {
