@@ -461,10 +461,7 @@ uint my_copy(uint at) { return copy_at(at, gl_WorkGroupID.x % RC); }
 // The o-projection's sum of layer l: D[l % 2], after R0 and R1.
 uint d_at(uint l) { return res_at(2u + l % 2u); }
 
-// Elements o .. o + 3 of x (o a multiple of 4): one load.
-vec4 x4(uint o) { return x4v[o / 4u]; }
-
-// Input sources of a matvec phase: R[k] (k from the caller), the embedding row, R[k] + D.
+// Input sources of a matvec phase (see stage): R[l % 2], the embedding row, R[l % 2] + D[l % 2].
 const uint SRC_X = 0, SRC_EMBED = 1, SRC_XD = 2;
 
 // Whether this workgroup writes vec4 i of row t of the residual rows for the grid (see stage):
