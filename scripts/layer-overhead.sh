@@ -2,7 +2,7 @@
 # What the capture layer costs: the decoder's own per-token wall time and host enqueue time
 # (recording, binding and submitting; medians over decode steps, from the trace `decoder capture`
 # writes itself) without the layer and under `profiler record` at each timestamp level, for both
-# presets. Prints a markdown table (README "Profile your own runtime" quotes it).
+# presets. Prints a markdown table (docs/performance.md, "The capture layer", quotes it).
 #
 #   scripts/layer-overhead.sh [MODEL] [TOKENS] [REPEATS]     # defaults: smollm2 16 5
 #

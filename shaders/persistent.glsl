@@ -46,9 +46,8 @@
 // reader loads at once. Every word of D and of the next R takes an atomic from every workgroup
 // (the o- and down-projections' sums), and the atomics of the whole grid to one cache line are
 // processed one after another where the line lives: the fence of a grid barrier's arrival waits
-// for them. With 4 copies on an H100 a token took 743-745 against 759-767 us at 512, the same at
-// 16K (traces/bench/h100/persistent-head-groups/NOTES.md). Phase A's owners write copy 0 of
-// R[(l + 1) % 2] and clear its other copies and every copy of D[(l + 1) % 2].
+// for them. Phase A's owners write copy 0 of R[(l + 1) % 2] and clear its other copies and every
+// copy of D[(l + 1) % 2].
 //
 // The matvec phases A and UD give each row to KS subgroups of one workgroup (KS > 1 when the
 // grid has more subgroups than twice the rows; their sums meet in shared memory) after the
@@ -59,18 +58,13 @@
 // so they travel while the grid meets; so do each invocation's first vec4 of the phase's norm
 // weights (prefetch_norm) and, before the merge, its first unit's W_o loads (prefetch_wo).
 // Prefetching more (gate/up's third pass too) made the barrier before it slower by more than it
-// saved: the loads queue ahead of the barrier's own traffic
-// (traces/bench/h100/persistent-prefetch/NOTES.md).
+// saved: the loads queue ahead of the barrier's own traffic.
 //
-// Code size: every workgroup runs every phase's code once per layer, and on an H100 the size of
-// the code shows in every phase's time: one copy of part_dot per call instead of three (212 ->
-// 165 KB) took a token from 1.55 to 1.25 ms, the untouched attention included, and a
-// double-buffered lm_head (+30 KB, outside the layer loop) slowed the layers. So each phase's
-// code is there once per call, and unrolling is kept to the loads it puts in flight
-// (traces/bench/h100/persistent-code-size/NOTES.md). Straight-line code that runs once per layer
-// costs its fetch: about 9.5 us per token for each KB on an H100, measured with padding
-// arithmetic (traces/bench/h100/persistent-code-fetch/NOTES.md). So the unrolled loops carry no
-// per-element guards or selects that can be moved out of them or made unnecessary.
+// Code size: every workgroup runs every phase's code once per layer, and the size of the code
+// shows in every phase's time, the untouched phases included: straight-line code that runs once
+// per layer costs its instruction fetch on every SM, on the critical path. So each phase's code is
+// there once per call, unrolling is kept to the loads it puts in flight, and the unrolled loops
+// carry no per-element guards or selects that can be moved out of them or made unnecessary.
 //
 // Forward progress: a barrier waits for every workgroup of the grid, and a poll for tagged words
 // for the workgroups that write them, so all G must be resident at once. Vulkan does not promise
@@ -94,8 +88,7 @@
 // invocation's atomic add; its wait is that invocation's polls of the counter as device-scope
 // acquire loads, then a workgroup control barrier with buffer and shared semantics, which orders
 // the other invocations' loads after the acquire. (An acquire fence in every invocation instead
-// also waited for the loads a phase issues while the grid meets: 21 us per token more on an
-// H100, traces/bench/h100/persistent-fixed-costs/NOTES.md.) GLSL's classic coherent model
+// would also wait for the loads a phase issues while the grid meets.) GLSL's classic coherent model
 // rather than `#pragma use_vulkan_memory_model`: Mesa 22.3's lavapipe, where CI runs, drops
 // stores after workgroup barriers in this kernel when it is compiled under the Vulkan memory
 // model. Weights are read-only during the dispatch.
@@ -122,13 +115,13 @@
 // SG)), 10 KC (16-byte chunks of a K row), and from 11 on the model's shapes and the static tuning
 // of the step (below; 23 the K and V staging, 24 the head groups, 25 the residual rows' copies):
 // with them constant, the compiler folds the address arithmetic, divisions, loop bounds and
-// guards that depend on them. On an H100 that took the binary from 147840 to 109952 B and a token
-// from 976 to 909 us at 512 (traces/bench/h100/persistent-specialized/NOTES.md). The head groups
-// size a subgroup's arrays (GQ / GS heads), so each grouping has code of its own: chosen at run
-// time instead, the one-group kernel spilled 288 bytes and lost 25 us per token at 512
-// (traces/bench/h100/persistent-timeline/NOTES.md).
+// guards that depend on them. The head groups size a subgroup's arrays (GQ / GS heads), so each
+// grouping has code of its own (chosen at run time instead, the one-group kernel spilled).
 // Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
 // adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
+//
+// docs/persistent-kernel.md describes this design at length, with the measurements behind each
+// choice and the variants that were tried and not taken.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -247,8 +240,8 @@ shared float red_f[WG];
 shared uint red_u[WG];
 shared bool flag_sh;
 // The step's parameters, read once when the step starts rather than after a barrier in each
-// attention and merge phase, where their load was one more round trip on the phase's chain (6 us
-// per token at 512 on an H100): the cache length, and each row's (pos, seq, lo, -).
+// attention and merge phase, where their load was one more round trip on the phase's chain: the
+// cache length, and each row's (pos, seq, lo, -).
 shared uvec4 rows_sh[ROWS];
 uint kv_len = 0u;
 // This invocation's vec4 of the next matvec phase's norm weights (element i = the invocation's
@@ -412,15 +405,13 @@ bool ll_again(inout uint spins) {
 uvec2 layer_ptr(uint l, uint k) { return ptrs[l * 11u + k]; }
 // The next matvec phase's norm weights do not depend on the step: each invocation loads its first
 // vec4 of them between a barrier's arrival and its wait, and stage() takes it from norm_pf, so
-// their round trip (and their pointer's) leaves the phase's chain (25 us per token at 512 on an
-// H100: traces/bench/h100/persistent-specialized/NOTES.md).
+// their round trip (and their pointer's) leaves the phase's chain.
 void prefetch_norm(uvec2 norm) {
     if (gl_LocalInvocationIndex < HIDDEN / 4u) norm_pf = F32Ref(norm).v4[gl_LocalInvocationIndex];
 }
 
 // Two chains of fused multiply-adds (the even and the odd halves), then one add: fewer
-// instructions than four dot products and their sum (the binary 3.7 KB smaller on an H100;
-// traces/bench/h100/persistent-shared-staging/NOTES.md).
+// instructions than four dot products and their sum (3.7 KB less code).
 float dot8(uvec4 w, vec4 a, vec4 b) {
     vec2 s = unpackHalf2x16(w.x) * a.xy;
     s = fma(unpackHalf2x16(w.y), a.zw, s);
@@ -828,9 +819,9 @@ void load_v(out KvRaw vr[VR], uvec2 vp, uint seq, uint kvh, uint p0, uint lo, ui
 // rows do not depend on this step's data. For the first block of the first unit of subgroups 0 ..
 // KV_STAGE - 1, the workgroup loads them while the QKV phase runs, into kvs; the attention then
 // scores and sums that block from shared memory, without the two round trips to the cache on its
-// chain. On an H100 at 512 this took a token from 801-810 to 768-773 us (the loads issued in the
-// QKV phase), where staging after the QKV phase, its round trip before the attention's polls, had
-// cost more than it saved (traces/bench/h100/persistent-timeline/NOTES.md). A slot holds SG K
+// chain. The loads are issued in the QKV phase so that their round trip runs beside its matvec:
+// staged after the QKV phase, its round trip came before the attention's polls and cost more than
+// it saved. A slot holds SG K
 // rows, each padded by one 16-byte chunk (lane j reads row j: 8 lanes of a 16-byte read then cover
 // the 32 banks), then SG V rows. Positions that are not read from the cache (outside [lo, p_end)
 // or the step's own) hold zeros. Subgroup 0 does not stage where there are others: its first
@@ -1185,10 +1176,8 @@ uint wo_col8(uint u) {
     return ((hc / chunks) * HEAD_DIM + (hc % chunks) * OC) / 8u;
 }
 
-// The first merge unit's W_o loads, into pf between the arrival after the attention and the
-// wait (free there: QKV's prefetch is used, gate/up's not yet issued). On an H100 the merge phase
-// went 186 -> 151 us per token at 512 and the attention 187 -> 216 (the loads meet its barrier's
-// traffic): 6 us per token less in all, 30 at 16K (persistent-specialized/NOTES.md).
+// The first merge unit's W_o loads, into pf before the merge polls its partials (free there:
+// QKV's prefetch is used, gate/up's not yet issued).
 void prefetch_wo(uint l) {
     uvec4 w[2 * OR];
     load_wo(w, W8Ref(layer_ptr(l, 4)), wo_col8(gl_WorkGroupID.x));
@@ -1248,7 +1237,7 @@ void phase_merge_o(uint l) {
         // The OC sums over the subgroup as a reduce-scatter: each exchange halves the values a
         // lane holds (the lanes with bit `off` keep the upper half), then plain exchanges while
         // lanes are left. On 32 lanes that is 16 shuffles instead of 16 subgroup sums of 5 each
-        // (less code: traces/bench/h100/persistent-code-fetch/NOTES.md).
+        // (less code).
         float f[OC];
         [[unroll]] for (uint q = 0; q < OC; q++) f[q] = acc[q / 4u][q % 4u] * e;
         uint cnt = OC, first = 0u;
@@ -1397,7 +1386,7 @@ void phase_mlp(uint l) {
             }
             // Over the staged row, which nothing reads any more: the atomics go out from
             // consecutive invocations to consecutive words (a vec4 per invocation would take
-            // four times the memory transactions, and did: 4.7 us per layer).
+            // four times the memory transactions).
             xs[i4] = acc;
         }
         barrier();
@@ -1416,9 +1405,8 @@ bool better(float v, uint i, float bv, uint bi) {
 // The best of every invocation's (bv, bi), in invocation 0: the subgroups' bests (the largest
 // value, then the lowest index with it; a pair without an index has the value -inf and the
 // index NONE, so it loses to every pair with one) meet in red_f and red_u, and invocation 0
-// folds those NSG. (Invocation 0 folding all WG pairs in a serial loop took several us of the
-// step's tail on an H100: traces/bench/h100/persistent-attn-o/NOTES.md.) The caller's next
-// barrier frees red_f and red_u.
+// folds those NSG. (Invocation 0 folding all WG pairs in a serial loop put a long serial chain at
+// the step's tail.) The caller's next barrier frees red_f and red_u.
 void wg_best(inout float bv, inout uint bi) {
     const uint NONE = 0xffffffffu;
     float sv = subgroupMax(bv);

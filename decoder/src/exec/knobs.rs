@@ -1,4 +1,4 @@
-//! The six execution knobs of DESIGN.md and the two presets over them.
+//! The six execution knobs of docs/design.md and the two presets over them.
 //!
 //! | knob | generic preset | fused preset |
 //! |---|---|---|

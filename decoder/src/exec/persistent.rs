@@ -138,8 +138,7 @@ pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER] {
 /// every query head of every unit at the KV capacity (`max_seq`) with one block of positions per
 /// unit, the split plan the kernel uses at short contexts either way. Else 1: the kernel's split
 /// plan aims for `GS` times fewer splits, and longer chains of blocks per unit cost more than the
-/// heads' sharing saves (on an H100 at 16K, 1.33 against 1.21 ms per token; at 512, 753-760
-/// against 766-772 us: traces/bench/h100/persistent-head-groups/NOTES.md). The tuning key
+/// heads' sharing saves (measured: docs/persistent-kernel.md). The tuning key
 /// `persistent_head_groups` overrides the rule (1: never, 2: always); a query-head count that does
 /// not divide the workgroup's subgroups keeps 1.
 pub fn head_groups(s: &Shape, t: &Tuning, rows: u32) -> u32 {

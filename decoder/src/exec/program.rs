@@ -268,24 +268,18 @@ impl Tuning {
                 attn_kcoop: 1,
                 subgroup,
                 // 256. 512 (half the workgroups: the probe gives one per SM either way) made the
-                // driver cap the kernel at 128 registers and spill: 1.05 against 0.80 ms per
-                // token at 512 on an H100, 2.03 against 1.48 at 16K
-                // (traces/bench/h100/persistent-tagged/NOTES.md).
+                // driver cap the kernel at 128 registers and spill (docs/persistent-kernel.md).
                 persistent_wg: 256,
                 persistent_groups: 0,
                 persistent_splits: 0,
                 // The first unit's first block: its loads go out during the QKV phase, so their
                 // round trip runs beside its matvec and the attention at short contexts reads no
-                // cache. On an H100, 768-773 against 800-810 us per token at 512, and 1.13-1.15
-                // against 1.18-1.19 ms at 16K (traces/bench/h100/persistent-timeline/NOTES.md).
-                // (Staged after the QKV phase instead, its round trip came before the attention's
-                // polls and it lost: persistent-tagged/NOTES.md.)
+                // cache. (Staged after the QKV phase instead, its round trip came before the
+                // attention's polls and it lost: docs/persistent-kernel.md.)
                 persistent_kv_stage: 1,
                 persistent_head_groups: 0,
-                // Each residual word takes an atomic from every workgroup twice a layer; spread
-                // over 4 copies, 743-745 against 759-767 us per token at 512 on an H100 (2: 753-755,
-                // 8: 763, a larger binary), the same at 16K
-                // (traces/bench/h100/persistent-head-groups/NOTES.md).
+                // Each residual word takes an atomic from every workgroup twice a layer; 4 copies
+                // measured best of 1, 2, 4 and 8 (docs/persistent-kernel.md).
                 persistent_res_copies: 4,
                 phase_clocks: false,
             }

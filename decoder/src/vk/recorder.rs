@@ -1,5 +1,5 @@
 //! The [`Recorder`]: the single place where the decoder issues Vulkan commands, and therefore the
-//! single place where the per-token counters of DESIGN.md are counted.
+//! single place where the per-token counters of docs/design.md are counted.
 //!
 //! Everything above `vk/` holds only the opaque ids handed out here ([`Cmd`], [`DescSet`],
 //! [`FenceId`]) and the safe [`Buffer`], [`Pipeline`] and [`QueryPool`] wrappers.

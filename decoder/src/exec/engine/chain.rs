@@ -21,9 +21,8 @@
 //!   dropped, and the step runs with the caller's token. Its KV writes went to the position the
 //!   new step writes again, so nothing reads them.
 //!
-//! On an H100 this takes the host off the path between steps, but not the device's own cost of a
-//! submission boundary, about 20 µs, which the host's round trip used to overlap
-//! (traces/bench/h100/persistent-kv-stage-chained/NOTES.md).
+//! This takes the host off the path between steps, but not the device's own cost of a submission
+//! boundary, which the host's round trip used to overlap (docs/performance.md).
 //!
 //! A prompt step, a change of timestamps or attention path first waits for the step in flight and
 //! drops it (`drain_chain`), as does the end of generation (the step after the last token never
