@@ -11,12 +11,14 @@
 //!
 //! It counts what the decoder's recorder counts (TRACE_FORMAT.md, "counters"), per wait group,
 //! with commands inside a command buffer counted each time the buffer is submitted; names
-//! dispatches by the program's debug-utils labels, else by its pipeline names, else `pipeline N`;
-//! and adds GPU timestamps of its own at the chosen level. `profiler::capture` documents the raw
-//! records and how they become steps.
+//! dispatches by the program's debug-utils labels, else by its pipeline names, else by the
+//! pipeline's entry point and the hash of its shader code (`main@1a2b3c4d`, with `+SPEC` for
+//! specialization constants: the same in every run of the same program); and adds GPU
+//! timestamps of its own at the chosen level. `profiler::capture` documents the raw records and
+//! how they become steps.
 //!
 //! [`ffi`] (private) holds every `unsafe` block and raw handle; [`state`] is the safe
-//! bookkeeping.
+//! bookkeeping; [`output`] the writer thread and the live file that outlives a killed program.
 
 #[allow(unsafe_code)]
 mod ffi;

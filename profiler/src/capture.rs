@@ -2,11 +2,14 @@
 //! (`layer/`, a Vulkan layer loaded into an unmodified program by `profiler record`) and the
 //! rules that turn them into a [`Trace`].
 //!
-//! The layer writes one file of JSON lines per process (`layer.PID.jsonl`), one [`RawRecord`] per
-//! line, flushed after every record, so a program that crashes or is stopped still leaves every
-//! finished record behind. The unit of the raw stream is the **wait group**: every Vulkan call the
-//! program made since the previous host wait (`vkWaitForFences`, `vkQueueWaitIdle`,
-//! `vkDeviceWaitIdle`, `vkWaitSemaphores`) up to and including the next one. A foreign program
+//! The layer writes one file of JSON lines per process (`layer.PID.jsonl`, in a folder that
+//! `profiler record` made), one [`RawRecord`] per line, written by a thread of its own as soon as
+//! the program's thread hands it over, so a program that crashes or is stopped still leaves
+//! every finished record behind; beside it the live file `live.PID` ([`parse_live`]) holds what
+//! was submitted after the last record. The unit of the raw stream is the **wait group**: every
+//! Vulkan call the program made since the previous host wait (`vkWaitForFences`,
+//! `vkQueueWaitIdle`, `vkDeviceWaitIdle`, `vkWaitSemaphores` with a timeout; polls end no group)
+//! up to and including the next one. A foreign program
 //! does not say where a decode token starts, so [`segment`] groups wait groups into steps:
 //!
 //! - [`StepRule::Wait`]: every wait group is one step.
@@ -15,13 +18,15 @@
 //!   every submitted command buffer, the submits and the kind of wait; not host-side counts such
 //!   as command buffers begun or descriptor writes, which change when a program first records
 //!   what it later replays) repeats with a period of P wait groups at least
-//!   [`MIN_REPEATS`] times; each period is one decode step, anchored at the end of the stretch.
+//!   [`MIN_REPEATS`] times; each period is one decode step, anchored at the end of the stretch
+//!   (at its start for a run cut short, [`Anchor`]).
 //!   The stretch is then extended backwards by whole periods whose *executed work* (the same
 //!   commands, however the program split them into command buffers and submits) matches the
 //!   first period: a runtime may batch the submits of its first decode token differently
 //!   (llama.cpp does) without that token being anything but a decode step.
 //!   What comes before is one prologue step (setup, weight uploads and the prompt, phase
-//!   `prefill`); what comes after (teardown) is summed into `meta.capture.epilogue`.
+//!   `prefill`); what comes after (teardown) is summed into `meta.capture.epilogue` (for a run
+//!   cut short, into `meta.capture.tail` with the live file's unwritten work).
 //!
 //! Every counter is counted as the decoder's recorder counts it (TRACE_FORMAT.md), except the
 //! byte counters: the layer sees `vkFlushMappedMemoryRanges`, `vkInvalidateMappedMemoryRanges`
@@ -34,13 +39,14 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::trace::{
-    CaptureMeta, ClockMeta, Counters, DeviceMeta, FORMAT_NAME, FORMAT_VERSION, GpuSpan, HostSpan,
-    Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace, UNKNOWN,
+    CaptureMeta, CaptureQueue, CaptureTail, ClockMeta, Counters, DeviceMeta, FORMAT_NAME,
+    FORMAT_VERSION, GpuSpan, HostSpan, Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord,
+    ToolMeta, Trace, UNKNOWN,
 };
 
 /// Version of the raw record stream; the layer and `profiler record` are built together, so a
 /// mismatch means a stale library.
-pub const RAW_VERSION: u32 = 1;
+pub const RAW_VERSION: u32 = 2;
 
 /// Fewest repetitions of a period that [`StepRule::Auto`] accepts as a decode loop.
 pub const MIN_REPEATS: usize = 3;
@@ -51,9 +57,33 @@ pub const MIN_REPEATS: usize = 3;
 pub enum RawRecord {
     Process(RawProcess),
     Device(RawDevice),
+    Queue(RawQueue),
     Op(RawOp),
     Group(RawGroup),
 }
+
+/// A queue the program got from a device (`vkGetDeviceQueue`/`vkGetDeviceQueue2`), announced
+/// before the first group that submits to it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RawQueue {
+    pub device: u32,
+    /// The queue's number within its device (the order the program first got it).
+    pub id: u32,
+    pub family: u32,
+    pub index: u32,
+    /// `compute` or `transfer`.
+    pub kind: String,
+}
+
+/// `[queue id, submits, command buffers, dispatches]`: what one group submitted to one queue.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RawQueueWork(pub u32, pub u64, pub u64, pub u64);
+
+/// `[group, dispatches]`: dispatches submitted in group `group` that have no GPU span at the
+/// layer's timestamp level (reported when that became known: at the submit for work that could
+/// not be timed, at a read for results that never became available).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RawUntimed(pub u64, pub u64);
 
 /// The first record of a file: the process the layer was loaded into.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -119,6 +149,12 @@ pub struct RawGroup {
     /// Timestamp pairs the layer had to drop (query slots exhausted, results never available).
     #[serde(default)]
     pub dropped_timestamps: u64,
+    /// Dispatches without a GPU span, by the group that submitted them (see [`RawUntimed`]).
+    #[serde(default)]
+    pub untimed: Vec<RawUntimed>,
+    /// What this group submitted to each queue.
+    #[serde(default)]
+    pub queues: Vec<RawQueueWork>,
 }
 
 /// `[group, submit, op, queue, start_gpu_ns, end_gpu_ns]`: a span of the work of submit number
@@ -242,16 +278,46 @@ pub fn extend_by_work(mut p: Period, work: &[u64]) -> Period {
     p
 }
 
+/// Where the decode loop's periods start: at the end of the repeating stretch (a complete run,
+/// whose last step ends where the teardown begins), or at its start (a run cut short, whose last
+/// period may be partial).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Anchor {
+    End,
+    Start,
+}
+
+/// Re-anchors `p` at the start of its repeating stretch: the earliest group from which the
+/// signatures repeat with its period up to `p.end()`.
+fn anchor_at_start(mut p: Period, signatures: &[u64]) -> Period {
+    let end = p.end();
+    let mut a = p.start;
+    while a > 0 && a - 1 + p.period < end && signatures[a - 1] == signatures[a - 1 + p.period] {
+        a -= 1;
+    }
+    p.count = (end - a) / p.period;
+    p.start = a;
+    p
+}
+
 /// Groups wait groups into steps by `rule` (see the module docs): `signatures` as submitted,
 /// `work` regardless of submits (empty: no extension), `has_work` where a group submitted.
+/// With [`Anchor::Start`] the periods start where the repetition starts and the groups after
+/// the last whole period are left out of the steps (`epilogue`: for a run cut short, its tail).
 pub fn segment(
     signatures: &[u64],
     work: &[u64],
     has_work: &[bool],
     rule: StepRule,
+    anchor: Anchor,
 ) -> Segmentation {
     let n = signatures.len();
-    let period = find_period(signatures, has_work, MIN_REPEATS).map(|p| extend_by_work(p, work));
+    let period = find_period(signatures, has_work, MIN_REPEATS)
+        .map(|p| match anchor {
+            Anchor::End => p,
+            Anchor::Start => anchor_at_start(p, signatures),
+        })
+        .map(|p| extend_by_work(p, work));
     let extended = |p: &Period| match p.extended {
         0 => String::new(),
         k => format!(
@@ -275,13 +341,21 @@ pub fn segment(
                 period,
                 detail: format!(
                     "auto: the wait groups repeat with a period of {} wait group(s), {} times{}; \
-                     one decode step per period, the {} wait group(s) before them one prefill \
-                     step, the {} after them the epilogue",
+                     one decode step per period{}, the {} wait group(s) before them one prefill \
+                     step, the {} after them the {}",
                     p.period,
                     p.count,
                     extended(&p),
+                    match anchor {
+                        Anchor::End => "",
+                        Anchor::Start => " counted from the first (the run was cut short)",
+                    },
                     p.start,
-                    n - p.end()
+                    n - p.end(),
+                    match anchor {
+                        Anchor::End => "epilogue",
+                        Anchor::Start => "tail",
+                    }
                 ),
             }
         }
@@ -370,6 +444,54 @@ pub enum CaptureError {
     },
 }
 
+/// The live file `live.PID` beside the raw file: a fixed array of [`LIVE_SLOTS`] slots of
+/// [`LIVE_WORDS`] little-endian u64 words that the layer keeps current with plain stores into a
+/// shared mapping, so that it survives the program's death (SIGKILL included) with the counters
+/// of work the program submitted after the last record the layer wrote. Words of a slot:
+/// 0 [`LIVE_MAGIC`] when in use, 1 the device index, 2 wait groups closed, 3 the open group's
+/// start (host ns), 4 the last submit's time (host ns), 5.. every counter counted on the device
+/// so far, in [`Counters::to_fields`] order.
+pub const LIVE_SLOTS: usize = 8;
+/// u64 words per slot of the live file.
+pub const LIVE_WORDS: usize = 32;
+/// Word 0 of a slot in use.
+pub const LIVE_MAGIC: u64 = 0x6465_636f_6465_4c32;
+/// Size of the live file in bytes.
+pub const LIVE_BYTES: usize = LIVE_SLOTS * LIVE_WORDS * 8;
+
+/// One device's slot of the live file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LiveDevice {
+    pub device: u32,
+    pub groups_closed: u64,
+    pub open_start_ns: u64,
+    pub last_submit_ns: u64,
+    /// Everything counted on the device up to its last submit.
+    pub counters: Counters,
+}
+
+/// The slots in use of a live file's bytes (a short or foreign file has none).
+pub fn parse_live(bytes: &[u8]) -> Vec<LiveDevice> {
+    let word = |i: usize| -> u64 {
+        bytes
+            .get(i * 8..i * 8 + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    (0..LIVE_SLOTS)
+        .filter_map(|s| {
+            let w = |k: usize| word(s * LIVE_WORDS + k);
+            (w(0) == LIVE_MAGIC).then(|| LiveDevice {
+                device: w(1) as u32,
+                groups_closed: w(2),
+                open_start_ns: w(3),
+                last_submit_ns: w(4),
+                counters: Counters::from_fields(std::array::from_fn(|i| w(5 + i))),
+            })
+        })
+        .collect()
+}
+
 /// One raw file, parsed.
 #[derive(Clone, Debug, Default)]
 pub struct RawCapture {
@@ -377,9 +499,12 @@ pub struct RawCapture {
     pub process: Option<RawProcess>,
     pub devices: Vec<RawDevice>,
     pub ops: Vec<RawOp>,
+    pub queues: Vec<RawQueue>,
     pub groups: Vec<RawGroup>,
     /// True when the last line was cut short (the program died while the layer wrote it).
     pub truncated: bool,
+    /// The process's live file, where there is one ([`parse_live`]).
+    pub live: Vec<LiveDevice>,
 }
 
 /// Parses one raw file's text. A final line without its newline is a record cut short by the
@@ -420,6 +545,7 @@ pub fn parse_raw(file: &str, text: &str) -> Result<RawCapture, CaptureError> {
                 out.process = Some(p);
             }
             RawRecord::Device(d) => out.devices.push(d),
+            RawRecord::Queue(q) => out.queues.push(q),
             RawRecord::Op(o) => out.ops.push(o),
             RawRecord::Group(g) => out.groups.push(g),
         }
@@ -433,6 +559,7 @@ pub fn build_trace(
     raws: &[RawCapture],
     run: &ProgramRun,
     rule: StepRule,
+    kinds: &crate::kinds::KindRules,
 ) -> Result<Trace, CaptureError> {
     let loaded: Vec<&RawCapture> = raws.iter().filter(|r| r.process.is_some()).collect();
     if loaded.is_empty() {
@@ -491,7 +618,8 @@ pub fn build_trace(
         op_index.insert(o.id, ops.len() as u32);
         ops.push(OpInfo {
             label: o.label.clone(),
-            kind: o.kind.clone(),
+            // A dispatch gets the kind of the first op-kind rule its label matches.
+            kind: kinds.classify(&o.label, &o.kind).to_owned(),
             ..OpInfo::default()
         });
     }
@@ -499,17 +627,34 @@ pub fn build_trace(
     let signatures: Vec<u64> = groups.iter().map(|g| g.signature).collect();
     let work: Vec<u64> = groups.iter().map(|g| g.work_signature).collect();
     let has_work: Vec<bool> = groups.iter().map(|g| g.counters.submits() > 0).collect();
-    let seg = segment(&signatures, &work, &has_work, rule);
+    // Work the live file saw submitted after the last group the layer wrote: the open group of
+    // a program that died between two waits.
+    let live = raw.live.iter().find(|l| l.device == dev);
+    let mut written = Counters::default();
+    for g in &groups {
+        written.add(&g.counters);
+    }
+    let unwritten = live.map_or(Counters::default(), |l| l.counters.saturating_sub(&written));
+    let open_work = unwritten.submits() > 0 || unwritten.dispatches > 0;
+    let cut = run.signal.is_some() || raw.truncated || open_work;
+    let anchor = if cut { Anchor::Start } else { Anchor::End };
+    let seg = segment(&signatures, &work, &has_work, rule, anchor);
 
-    // GPU spans are read at a later wait than the one that ends their submit's group.
+    // GPU spans and untimed dispatches are reported at a later wait than the one that ends
+    // their submit's group.
     let mut spans_of: BTreeMap<u64, Vec<RawGpuSpan>> = BTreeMap::new();
+    let mut untimed_of: BTreeMap<u64, u64> = BTreeMap::new();
     let mut dropped = 0u64;
     for g in &groups {
         dropped += g.dropped_timestamps;
         for s in &g.gpu_spans {
             spans_of.entry(s.0).or_default().push(*s);
         }
+        for u in &g.untimed {
+            *untimed_of.entry(u.0).or_default() += u.1;
+        }
     }
+    let untimed_dispatches: u64 = untimed_of.values().sum();
     let epoch = groups.first().map_or(0, |g| g.start_ns);
     let rel = |t: u64| t.saturating_sub(epoch);
     let timestamps_on = device.timestamps != "off";
@@ -528,8 +673,10 @@ pub fn build_trace(
         let mut raw_spans: Vec<(RawGpuSpan, u32)> = Vec::new();
         let mut submits_before = 0u32;
         let mut wait_ns = 0u64;
+        let mut gpu_untimed = 0u64;
         for g in gs {
             counters.add(&g.counters);
+            gpu_untimed += untimed_of.get(&g.index).copied().unwrap_or(0);
             for h in &g.host_spans {
                 if h.0 == "wait" {
                     wait_ns += h.2;
@@ -576,12 +723,51 @@ pub fn build_trace(
             counters,
             host_spans,
             gpu_spans,
+            gpu_untimed,
         });
     }
 
     let mut epilogue = Counters::default();
     let mut epilogue_wall_ns = 0;
-    if let (Some(a), Some(b)) = (
+    let mut tail = None;
+    let ended = match (run.exit_code, run.signal) {
+        (_, Some(s)) => format!("the program was ended by signal {s}"),
+        (Some(c), None) => format!("the program exited with status {c}"),
+        (None, None) => "the program's end is unknown".into(),
+    };
+    if cut {
+        // A run cut short: what follows the last whole step, and what the live file saw
+        // submitted after the last record, is its tail.
+        let after = &groups[seg.epilogue.clone()];
+        let mut counters = unwritten;
+        for g in after {
+            counters.add(&g.counters);
+        }
+        let from = tokens
+            .last()
+            .map_or(epoch, |t| epoch + t.start_ns + t.wall_ns);
+        let last = after
+            .last()
+            .map_or(from, |g| g.end_ns)
+            .max(live.map_or(0, |l| l.last_submit_ns));
+        if counters != Counters::default() {
+            tail = Some(CaptureTail {
+                reason: format!(
+                    "{ended} before this work's wait group ended: {} wait group(s) after the \
+                     last step{}",
+                    after.len(),
+                    if open_work {
+                        ", and work submitted after the last wait"
+                    } else {
+                        ""
+                    }
+                ),
+                wait_groups: after.len() as u64 + u64::from(open_work),
+                counters,
+                wall_ns: last.saturating_sub(from),
+            });
+        }
+    } else if let (Some(a), Some(b)) = (
         groups.get(seg.epilogue.start),
         seg.epilogue.end.checked_sub(1).and_then(|i| groups.get(i)),
     ) {
@@ -590,7 +776,36 @@ pub fn build_trace(
         }
         epilogue_wall_ns = b.end_ns.saturating_sub(a.start_ns);
     }
-    let complete = run.exit_code == Some(0) && !raw.truncated;
+    // Every queue of every device, with what was submitted to it (groups, plus a cut run's
+    // unwritten work on the traced device's only queue, where there is one).
+    let mut queues: Vec<CaptureQueue> = Vec::new();
+    for r in &loaded {
+        for q in &r.queues {
+            let name = r
+                .devices
+                .iter()
+                .find(|d| d.device == q.device)
+                .map_or(String::new(), |d| d.info.name.clone());
+            let mut cq = CaptureQueue {
+                device: q.device,
+                device_name: name,
+                family: q.family,
+                index: q.index,
+                kind: q.kind.clone(),
+                ..CaptureQueue::default()
+            };
+            for g in r.groups.iter().filter(|g| g.device == q.device) {
+                for w in g.queues.iter().filter(|w| w.0 == q.id) {
+                    cq.submits += w.1;
+                    cq.command_buffers += w.2;
+                    cq.dispatches += w.3;
+                }
+            }
+            queues.push(cq);
+        }
+    }
+    queues.retain(|q| q.submits > 0);
+    let complete = run.exit_code == Some(0) && !raw.truncated && tail.is_none();
     let mut notes = Vec::new();
     match (run.exit_code, run.signal) {
         (Some(0), _) => {}
@@ -607,6 +822,20 @@ pub fn build_trace(
         notes.push(format!(
             "the layer's last record in {} was cut short and is left out",
             raw.file
+        ));
+    }
+    if let Some(t) = &tail {
+        notes.push(format!(
+            "the last {} dispatch(es) and {} submit(s) ran after the last complete step and are \
+             in meta.capture.tail, not in a step",
+            t.counters.dispatches,
+            t.counters.submits()
+        ));
+    }
+    if timestamps_on && untimed_dispatches > 0 {
+        notes.push(format!(
+            "{untimed_dispatches} dispatch(es) have no GPU span (gpu_untimed in their steps): \
+             GPU time and the op table cover the rest"
         ));
     }
     if seen.len() > 1 {
@@ -668,6 +897,9 @@ pub fn build_trace(
                 epilogue_wall_ns,
                 dropped_timestamps: dropped,
                 unknown_counters: vec!["bytes_to_device".into(), "bytes_from_device".into()],
+                untimed_dispatches: if timestamps_on { untimed_dispatches } else { 0 },
+                queues,
+                tail,
             }),
         },
         ops,
@@ -725,7 +957,7 @@ mod tests {
         let s = [1, 1, 1, 1, 2, 3, 3, 3, 3, 3, 4];
         let mut w = work(s.len());
         w[10] = false;
-        let seg = segment(&s, &[], &w, StepRule::Auto);
+        let seg = segment(&s, &[], &w, StepRule::Auto, Anchor::End);
         let p = seg.period.expect("a period");
         assert_eq!((p.start, p.period, p.count), (5, 1, 5));
         assert_eq!(seg.steps[0], (Phase::Prefill, 0..5));
@@ -742,7 +974,7 @@ mod tests {
         }
         s.push(0);
         let w = work(s.len());
-        let seg = segment(&s, &[], &w, StepRule::Auto);
+        let seg = segment(&s, &[], &w, StepRule::Auto, Anchor::End);
         let p = seg.period.expect("a period");
         assert_eq!((p.period, p.count, p.end()), (3, 4, 17));
         assert_eq!(seg.steps[1], (Phase::Decode, 5..8));
@@ -754,16 +986,50 @@ mod tests {
         // another split; the prompt (2) did other work (p).
         let s = [1, 2, 4, 5, 5, 5, 5];
         let w = [1, 20, 50, 50, 50, 50, 50];
-        let seg = segment(&s, &w, &work(s.len()), StepRule::Auto);
+        let seg = segment(&s, &w, &work(s.len()), StepRule::Auto, Anchor::End);
         let p = seg.period.expect("a period");
         assert_eq!((p.start, p.count, p.extended), (2, 5, 1));
         assert!(seg.detail.contains("the first 1 of them"), "{}", seg.detail);
     }
 
     #[test]
+    fn a_run_cut_short_counts_its_steps_from_the_start() {
+        // Prompt (1 2), tokens of two groups (5 8), killed inside the fourth token: anchored at
+        // the end the steps would be (8 5); from the start they are (5 8) and the prefill is
+        // the same as a complete run's.
+        let s = [1, 2, 5, 8, 5, 8, 5, 8, 5];
+        let w = work(s.len());
+        let seg = segment(&s, &[], &w, StepRule::Auto, Anchor::Start);
+        assert_eq!(seg.steps[0], (Phase::Prefill, 0..2));
+        assert_eq!(seg.steps[1], (Phase::Decode, 2..4));
+        assert_eq!(seg.steps.len(), 4);
+        assert_eq!(seg.epilogue, 8..9);
+        let end = segment(&s, &[], &w, StepRule::Auto, Anchor::End);
+        assert_eq!(end.steps[0], (Phase::Prefill, 0..3));
+    }
+
+    #[test]
+    fn live_files_parse_and_ignore_unused_slots() {
+        let mut bytes = vec![0u8; LIVE_BYTES];
+        let put = |b: &mut Vec<u8>, slot: usize, word: usize, v: u64| {
+            let i = (slot * LIVE_WORDS + word) * 8;
+            b[i..i + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        put(&mut bytes, 1, 0, LIVE_MAGIC);
+        put(&mut bytes, 1, 1, 3);
+        put(&mut bytes, 1, 2, 7);
+        put(&mut bytes, 1, 5 + 3, 42); // dispatches
+        let live = parse_live(&bytes);
+        assert_eq!(live.len(), 1);
+        assert_eq!((live[0].device, live[0].groups_closed), (3, 7));
+        assert_eq!(live[0].counters.dispatches, 42);
+        assert!(parse_live(&bytes[..100]).is_empty());
+    }
+
+    #[test]
     fn wait_rule_keeps_every_group() {
         let s = [1, 2, 3, 3, 3, 3];
-        let seg = segment(&s, &[], &work(6), StepRule::Wait);
+        let seg = segment(&s, &[], &work(6), StepRule::Wait, Anchor::End);
         assert_eq!(seg.steps.len(), 6);
         assert_eq!(seg.steps[1].0, Phase::Prefill);
         assert_eq!(seg.steps[2].0, Phase::Decode);
@@ -772,7 +1038,7 @@ mod tests {
     #[test]
     fn no_pattern_falls_back_to_waits() {
         let s = [1, 2, 3, 4];
-        let seg = segment(&s, &[], &work(4), StepRule::Auto);
+        let seg = segment(&s, &[], &work(4), StepRule::Auto, Anchor::End);
         assert!(seg.period.is_none());
         assert_eq!(seg.steps.len(), 4);
         assert!(seg.detail.contains("no pattern"));
@@ -806,6 +1072,7 @@ mod tests {
             host_spans: vec![HostSpan("wait".into(), start + 60, 40, 1)],
             gpu_spans: spans,
             dropped_timestamps: 0,
+            ..RawGroup::default()
         }
     }
 
@@ -841,6 +1108,7 @@ mod tests {
             }],
             groups,
             truncated: false,
+            ..RawCapture::default()
         }
     }
 
@@ -857,7 +1125,8 @@ mod tests {
             exit_code: Some(0),
             ..ProgramRun::default()
         };
-        let t = build_trace(&[raw(gs)], &run, StepRule::Auto).expect("a trace");
+        let t =
+            build_trace(&[raw(gs)], &run, StepRule::Auto, &Default::default()).expect("a trace");
         assert_eq!(t.tokens.len(), 4);
         assert_eq!(t.tokens[0].phase, Phase::Prefill);
         assert_eq!(t.meta.run.decode_tokens, 3);
@@ -880,6 +1149,54 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_program_keeps_its_prefill_and_its_unwritten_work_is_the_tail() {
+        // A prompt group, then tokens of two groups (2 3), killed after 3.5 tokens; the live
+        // file saw 4 dispatches submitted after the last record.
+        let sigs = [1, 2, 3, 2, 3, 2, 3, 2];
+        let gs: Vec<RawGroup> = sigs
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| group(i as u64, s, s, vec![]))
+            .collect();
+        let mut written = Counters::default();
+        for g in &gs {
+            written.add(&g.counters);
+        }
+        let mut r = raw(gs);
+        let mut live = written;
+        live.dispatches += 4;
+        live.submits_compute += 1;
+        r.live = vec![LiveDevice {
+            device: 0,
+            groups_closed: 8,
+            open_start_ns: 0,
+            last_submit_ns: 2_000,
+            counters: live,
+        }];
+        let run = ProgramRun {
+            program: "prog".into(),
+            signal: Some(9),
+            ..ProgramRun::default()
+        };
+        let t = build_trace(&[r], &run, StepRule::Auto, &Default::default()).expect("a trace");
+        assert_eq!(t.tokens[0].phase, Phase::Prefill);
+        assert_eq!(t.tokens[0].counters.dispatches, 1, "the prompt group alone");
+        assert_eq!(t.tokens.len(), 4);
+        assert!(t.tokens[1..].iter().all(|s| s.counters.dispatches == 5));
+        let c = t.meta.capture.expect("capture");
+        assert!(!c.complete);
+        let tail = c.tail.expect("a tail");
+        // The half token's group (2 dispatches) and the unwritten 4.
+        assert_eq!(tail.counters.dispatches, 6);
+        assert!(tail.reason.contains("signal 9"), "{}", tail.reason);
+        assert!(
+            c.notes.iter().any(|n| n.contains("meta.capture.tail")),
+            "{:?}",
+            c.notes
+        );
+    }
+
+    #[test]
     fn programs_without_vulkan_work_are_errors_and_failures_are_notes() {
         let run = ProgramRun {
             program: "prog".into(),
@@ -888,22 +1205,22 @@ mod tests {
         };
         let none = RawCapture::default();
         assert!(matches!(
-            build_trace(&[none], &run, StepRule::Auto),
+            build_trace(&[none], &run, StepRule::Auto, &Default::default()),
             Err(CaptureError::NoVulkan { .. })
         ));
         let mut no_device = raw(vec![]);
         no_device.devices.clear();
         assert!(matches!(
-            build_trace(&[no_device], &run, StepRule::Auto),
+            build_trace(&[no_device], &run, StepRule::Auto, &Default::default()),
             Err(CaptureError::NoDevice { .. })
         ));
         assert!(matches!(
-            build_trace(&[raw(vec![])], &run, StepRule::Auto),
+            build_trace(&[raw(vec![])], &run, StepRule::Auto, &Default::default()),
             Err(CaptureError::NoWork { .. })
         ));
         let mut cut = raw(vec![group(0, 1, 1, vec![])]);
         cut.truncated = true;
-        let t = build_trace(&[cut], &run, StepRule::Auto).expect("a trace");
+        let t = build_trace(&[cut], &run, StepRule::Auto, &Default::default()).expect("a trace");
         let c = t.meta.capture.expect("capture");
         assert!(!c.complete);
         assert_eq!(c.exit_code, Some(3));

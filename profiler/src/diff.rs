@@ -3,14 +3,17 @@
 //! Counters are exact, so they compare exactly: medians, their delta, and whether every analysed
 //! token has the same value in both captures. Timings are noisy, so their per-token samples compare
 //! through a bootstrap confidence interval of the median difference (deterministic seed): a change
-//! whose interval contains zero is reported as noise. Ops are matched by (folded) label. A
+//! whose interval contains zero is reported as noise. Ops are matched by (folded) label, and also
+//! by op kind (`matvec` against `matvec`): where the labels of A and B do not line up (a foreign
+//! program against the decoder, see [`LabelOverlap`]) the kinds are what compares. A
 //! comparability check lists every identity field that differs.
 
 use serde::{Deserialize, Serialize};
 
 use crate::bootstrap::{MedianDiffCi, median_difference_ci, metric_seed};
 use crate::stats::{
-    CaptureInfo, OpRow, StatsOptions, Summary, TIME_METRICS, effective_skip, op_rows, phase_samples,
+    CaptureInfo, Grouping, OpRow, StatsOptions, Summary, TIME_METRICS, Untimed, effective_skip,
+    op_rows, phase_samples, untimed,
 };
 use crate::trace::{Counters, Phase, Trace};
 
@@ -154,6 +157,66 @@ pub struct OpDiff {
     pub change: Change,
 }
 
+/// Below this share of either side's GPU time in labels that both sides have, the labels of A
+/// and B do not line up and ops compare by kind.
+pub const MIN_SHARED_LABEL_SHARE: f64 = 0.5;
+
+/// How much of each side's dispatch work is in (folded) labels that the other side has too.
+/// Weighed by GPU time per token where both sides have it, else by dispatches per token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LabelOverlap {
+    /// Share of A's GPU time (or dispatches) in labels B also has, 0..=1.
+    pub a_shared: f64,
+    /// Share of B's in labels A also has.
+    pub b_shared: f64,
+    /// `gpu_time` or `dispatches`: what the shares weigh.
+    pub weight: String,
+}
+
+impl LabelOverlap {
+    /// Whether ops can be compared label by label: at least [`MIN_SHARED_LABEL_SHARE`] of both
+    /// sides' work is in shared labels. Otherwise (a foreign program against the decoder, two
+    /// runtimes) compare by kind.
+    pub fn lines_up(&self) -> bool {
+        self.a_shared >= MIN_SHARED_LABEL_SHARE && self.b_shared >= MIN_SHARED_LABEL_SHARE
+    }
+}
+
+/// The label overlap of two per-op tables (rows of [`crate::stats::TraceStats::ops`] or of the
+/// sides of [`Diff::ops`]); `None` when either has no rows (no dispatch spans to compare). The one
+/// criterion `diff` and the viewer use to decide whether labels line up.
+pub fn label_overlap(a: &[OpRow], b: &[OpRow]) -> Option<LabelOverlap> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let time = |rows: &[OpRow]| rows.iter().map(|r| r.gpu_us_mean).sum::<f64>();
+    let by_time = time(a) > 0.0 && time(b) > 0.0;
+    let weight = |r: &OpRow| {
+        if by_time {
+            r.gpu_us_mean
+        } else {
+            r.dispatches_per_token
+        }
+    };
+    let shared = |side: &[OpRow], other: &[OpRow]| {
+        let labels: std::collections::HashSet<&str> =
+            other.iter().map(|r| r.label.as_str()).collect();
+        // Folds from +0.0: an empty float `sum` is -0.0, which would print as "-0.0%".
+        let total = side.iter().map(weight).fold(0.0, |x, y| x + y);
+        let inside = side
+            .iter()
+            .filter(|r| labels.contains(r.label.as_str()))
+            .map(weight)
+            .fold(0.0, |x, y| x + y);
+        if total > 0.0 { inside / total } else { 0.0 }
+    };
+    Some(LabelOverlap {
+        a_shared: shared(a, b),
+        b_shared: shared(b, a),
+        weight: if by_time { "gpu_time" } else { "dispatches" }.to_owned(),
+    })
+}
+
 /// Two traces compared.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Diff {
@@ -167,6 +230,13 @@ pub struct Diff {
     pub phases: Vec<PhaseDiff>,
     pub ops: Vec<OpDiff>,
     pub regions: Vec<OpDiff>,
+    /// Dispatch spans by op kind (`label` and `kind` are the kind), A against B.
+    pub kinds: Vec<OpDiff>,
+    /// How far the labels of `ops` line up; `None` when a side has no dispatch spans.
+    pub label_overlap: Option<LabelOverlap>,
+    /// Dispatches without a GPU span in A and in B (foreign captures), as `stats` reports them.
+    pub a_untimed: Option<Untimed>,
+    pub b_untimed: Option<Untimed>,
     pub folded_labels: bool,
     pub confidence: f64,
     pub resamples: usize,
@@ -182,6 +252,25 @@ impl Diff {
         self.comparability.iter().filter(|m| !m.ignored)
     }
 
+    /// Whether ops compare label by label (see [`LabelOverlap::lines_up`]); true when there
+    /// are no dispatch spans to compare.
+    pub fn labels_line_up(&self) -> bool {
+        self.label_overlap
+            .as_ref()
+            .is_none_or(LabelOverlap::lines_up)
+    }
+
+    /// Whether both sides' dispatches carry kinds (anything but a foreign program's
+    /// unclassified `dispatch`), so that the by-kind table says something.
+    pub fn both_have_kinds(&self) -> bool {
+        let has = |side: fn(&OpDiff) -> bool| {
+            self.kinds
+                .iter()
+                .any(|k| side(k) && k.kind != crate::kinds::UNCLASSIFIED)
+        };
+        has(|k| k.a.is_some()) && has(|k| k.b.is_some())
+    }
+
     /// Whether every counter of every phase matches token by token.
     pub fn counters_identical(&self) -> bool {
         self.phases.iter().all(|p| {
@@ -189,6 +278,59 @@ impl Diff {
                 .iter()
                 .all(|c| matches!(c.per_token, PerToken::Identical))
         })
+    }
+}
+
+/// Every comparability field, in report order; `--ignore` takes one of these or a group before a
+/// dot (`knobs`, `device`, `run`, `model`).
+pub const COMPARABILITY_FIELDS: [&str; 23] = [
+    "model.name",
+    "model.architecture",
+    "model.shape",
+    "model.weight_dtype",
+    "device.name",
+    "knobs.mode",
+    "knobs.submit",
+    "knobs.sync",
+    "knobs.descriptors",
+    "knobs.barriers",
+    "knobs.kernels",
+    "knobs.recording",
+    "run.prompt",
+    "run.prompt_tokens",
+    "run.decode_tokens",
+    "run.context",
+    "run.kv_layout",
+    "run.kv_dtype",
+    "run.kv_block_size",
+    "run.kv_window",
+    "run.paged_attention",
+    "run.batch",
+    "run.timestamps",
+];
+
+/// Refuses an `--ignore` value that names no comparability field or group (it would silently
+/// ignore nothing), with the list of valid ones.
+pub fn check_ignore(ignore: &[String]) -> Result<(), String> {
+    let names = |i: &str| {
+        COMPARABILITY_FIELDS
+            .iter()
+            .any(|f| *f == i || (f.starts_with(i) && f[i.len()..].starts_with('.')))
+    };
+    match ignore.iter().find(|i| !names(i)) {
+        None => Ok(()),
+        Some(bad) => {
+            let mut groups: Vec<&str> = COMPARABILITY_FIELDS
+                .iter()
+                .filter_map(|f| f.split('.').next())
+                .collect();
+            groups.dedup();
+            Err(format!(
+                "--ignore {bad} names no comparability field; give a group ({}) or a field ({})",
+                groups.join(", "),
+                COMPARABILITY_FIELDS.join(", ")
+            ))
+        }
     }
 }
 
@@ -464,6 +606,8 @@ fn phase_diff(
     }
 }
 
+/// Pairs rows of A and B with the same label (or kind, for kind rows). The bootstrap seed
+/// follows the row's name, so a kind row with the samples of a label row gets its interval.
 fn match_ops(a: Vec<OpRow>, b: Vec<OpRow>, o: &DiffOptions) -> Vec<OpDiff> {
     let mut b: Vec<Option<OpRow>> = b.into_iter().map(Some).collect();
     let mut out = Vec::new();
@@ -528,11 +672,18 @@ pub fn compute_diff(a: &Trace, a_source: &str, b: &Trace, b_source: &str, o: &Di
     }
     phases.push(phase_diff(a, b, Phase::Decode, skips, o));
 
-    let decode_a = phase_samples(a, Phase::Decode, skips.0).steps;
-    let decode_b = phase_samples(b, Phase::Decode, skips.1).steps;
+    let decode_a = phase_samples(a, Phase::Decode, skips.0);
+    let decode_b = phase_samples(b, Phase::Decode, skips.1);
     let fold = o.stats.fold_labels;
-    let (ops_a, regions_a) = op_rows(a, &decode_a, fold, a.meta.device.memory_bandwidth_gbps);
-    let (ops_b, regions_b) = op_rows(b, &decode_b, fold, b.meta.device.memory_bandwidth_gbps);
+    let rows = |t: &Trace, steps: &[usize], grouping| {
+        op_rows(t, steps, grouping, t.meta.device.memory_bandwidth_gbps)
+    };
+    let by_label = Grouping::Label { fold };
+    let (ops_a, regions_a) = rows(a, &decode_a.steps, by_label);
+    let (ops_b, regions_b) = rows(b, &decode_b.steps, by_label);
+    let (kinds_a, _) = rows(a, &decode_a.steps, Grouping::Kind);
+    let (kinds_b, _) = rows(b, &decode_b.steps, Grouping::Kind);
+    let label_overlap = label_overlap(&ops_a, &ops_b);
 
     Diff {
         a: CaptureInfo::of(a, a_source),
@@ -544,6 +695,10 @@ pub fn compute_diff(a: &Trace, a_source: &str, b: &Trace, b_source: &str, o: &Di
         phases,
         ops: match_ops(ops_a, ops_b, o),
         regions: match_ops(regions_a, regions_b, o),
+        kinds: match_ops(kinds_a, kinds_b, o),
+        label_overlap,
+        a_untimed: untimed(a, &decode_a),
+        b_untimed: untimed(b, &decode_b),
         folded_labels: fold,
         confidence: o.confidence,
         resamples: o.resamples,

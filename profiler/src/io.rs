@@ -1,10 +1,13 @@
 //! Reading and writing trace files.
 //!
-//! The on-disk form is the JSON serialization of [`Trace`] (`TRACE_FORMAT.md`). Writing is atomic:
-//! the trace goes to a temporary file in the destination's directory, is flushed to disk, and is
-//! then renamed over the final name, so an interrupted capture never leaves a truncated trace
-//! behind. Reading never panics: every way a file can be wrong maps to one [`TraceError`] variant
-//! whose message names the file and says what to do.
+//! The on-disk form is the JSON serialization of [`Trace`] (`TRACE_FORMAT.md`). Every output of
+//! decodescope (traces, exports, reports, plots, GGUF files) is written by [`write_output`]: over
+//! a missing path or a regular file atomically (a temporary file in the destination's directory,
+//! flushed to disk, then renamed over the final name, so an interrupted capture never leaves a
+//! truncated trace behind); into a character device or a FIFO in place, never replacing it; and
+//! [`check_output`] finds an output that cannot be written before any work starts. Reading never
+//! panics: every way a file can be wrong maps to one [`TraceError`] variant whose message names
+//! the file and says what to do.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
@@ -81,6 +84,18 @@ const UNNAMED: &str = "<input>";
 /// the first check is caught unless it became a FIFO), and the read is bounded by the size the
 /// handle reports: a file that grows meanwhile is read as it was.
 pub fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let file = open_regular_file(path)?;
+    let len = file.metadata()?.len();
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Opens the regular file at `path` for reading; anything else (a FIFO, a device, a socket, a
+/// directory) is refused before it is opened, with an error of kind `InvalidInput` that says what
+/// it is, and the opened handle is checked again. The one way every input file of decodescope
+/// is opened, so that no input hangs on a FIFO or reads a device without end.
+pub fn open_regular_file(path: &Path) -> std::io::Result<File> {
     let not_regular = |t: &std::fs::FileType| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -99,10 +114,7 @@ pub fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
     if !meta.is_file() {
         return Err(not_regular(&meta.file_type()));
     }
-    let len = meta.len();
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.take(len).read_to_end(&mut bytes)?;
-    Ok(bytes)
+    Ok(file)
 }
 
 /// What a file that is not a regular file is, as a phrase: `a directory`, `a FIFO`.
@@ -187,83 +199,309 @@ pub fn to_vec(trace: &Trace) -> Result<Vec<u8>, serde_json::Error> {
     serde_json::to_vec(trace)
 }
 
-/// Writes `trace` to `path` atomically: a temporary file in the same directory is written, flushed
-/// to disk and renamed over `path`. On any error the temporary file is removed and `path` is left
-/// as it was.
+/// Writes `trace` to `path` with [`write_output`]: atomically over a missing path or a regular
+/// file, in place into a character device or a FIFO. On any error the temporary file is removed
+/// and `path` is left as it was.
 pub fn write_trace(path: &Path, trace: &Trace) -> Result<(), TraceError> {
-    write_atomic(path, |w| {
+    stage_trace(path, trace)?
+        .commit()
+        .map_err(|err| TraceError::Write {
+            path: path.to_owned(),
+            err,
+        })
+}
+
+/// Writes `trace` beside `path` with [`stage_output`], for [`StagedOutput::commit`] to put in
+/// place together with other outputs.
+pub fn stage_trace(path: &Path, trace: &Trace) -> Result<StagedOutput, TraceError> {
+    let ((), staged) = stage_output(path, |w| {
         serde_json::to_writer(&mut *w, trace).map_err(std::io::Error::from)?;
         w.write_all(b"\n")
     })
     .map_err(|err| TraceError::Write {
         path: path.to_owned(),
         err,
-    })
+    })?;
+    Ok(staged)
 }
 
-/// Writes a file atomically: `fill` writes the contents into a temporary file in the destination's
-/// directory, which is flushed, synced and renamed over `path`; the directory is synced last so
-/// that the rename itself is durable. The temporary file is created like any new file (default
-/// permissions under the umask) and removed if anything fails.
-pub(crate) fn write_atomic(
+/// A user-named output that cannot be written, found before any work starts (see
+/// [`check_output`]): names the flag, the path and what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {flag} {}: {reason}", path.display())]
+pub struct OutputError {
+    /// The flag or argument that named the path (`--out`, `OUT`).
+    pub flag: String,
+    pub path: PathBuf,
+    /// Why, and what to do.
+    pub reason: String,
+}
+
+/// What [`write_output`] does with the path it is given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputTarget {
+    /// Nothing is there, or a regular file is: a temporary file in `dest`'s directory is written
+    /// and renamed over `dest`. A symbolic link to a regular file is followed: `dest` is the file
+    /// it points to, which is replaced; the link itself is kept.
+    Replace { dest: PathBuf },
+    /// A character device (`/dev/null`, a terminal) or a FIFO: opened for writing and written in
+    /// place, never replaced. A FIFO blocks until a reader opens it, as any writer's would.
+    InPlace { what: &'static str },
+}
+
+/// Decides what [`write_output`] does with `path`, without writing anything: see
+/// [`OutputTarget`]. Refused, with an error of kind `InvalidInput` whose message says what is
+/// there and what to do: a directory, a block device (a disk is never overwritten by a report), a
+/// socket, and a symbolic link whose target does not exist.
+pub fn output_target(path: &Path) -> std::io::Result<OutputTarget> {
+    let refuse = |reason: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, reason);
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        // Nothing there (or a file where a directory should be, which the directory check
+        // reports): a new file.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(OutputTarget::Replace {
+                dest: path.to_owned(),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let (meta, dest) = if meta.file_type().is_symlink() {
+        match std::fs::metadata(path) {
+            Ok(target) => (target, std::fs::canonicalize(path)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let to = std::fs::read_link(path)
+                    .map_or_else(|_| "a missing path".to_owned(), |t| t.display().to_string());
+                return Err(refuse(format!(
+                    "it is a symbolic link to {to}, which does not exist; create the file it \
+                     points to, remove the link, or give another path"
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        (meta, path.to_owned())
+    };
+    let t = meta.file_type();
+    if t.is_file() {
+        return Ok(OutputTarget::Replace { dest });
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if t.is_char_device() || t.is_fifo() {
+            return Ok(OutputTarget::InPlace {
+                what: file_type_name(&t),
+            });
+        }
+        if t.is_block_device() {
+            return Err(refuse(
+                "it is a block device, which is never overwritten with an output; give the path \
+                 of a file"
+                    .to_owned(),
+            ));
+        }
+    }
+    if t.is_dir() {
+        return Err(refuse(
+            "it is a directory; give the path of a file (inside it, or elsewhere)".to_owned(),
+        ));
+    }
+    Err(refuse(format!(
+        "it is {}, which cannot be written as a file; give the path of a file",
+        file_type_name(&t)
+    )))
+}
+
+/// Checks, before any work starts, that [`write_output`] can write `path` (named by `flag` on the
+/// command line): what is at the path is acceptable ([`output_target`]), and for a file that is
+/// replaced, its directory exists, is a directory and takes a new file (a probe file is created
+/// and removed). A device or FIFO is not opened (a FIFO would block until a reader comes).
+pub fn check_output(path: &Path, flag: &str) -> Result<OutputTarget, OutputError> {
+    let error = |reason: String| OutputError {
+        flag: flag.to_owned(),
+        path: path.to_owned(),
+        reason,
+    };
+    let target = output_target(path).map_err(|e| error(e.to_string()))?;
+    let OutputTarget::Replace { dest } = &target else {
+        return Ok(target);
+    };
+    let dir = parent_dir(dest);
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(error(format!(
+                "{} is not a directory; give {flag} a path in an existing directory",
+                dir.display()
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(error(format!(
+                "its directory {} does not exist; create it (mkdir -p {}) or give another {flag}",
+                dir.display(),
+                dir.display()
+            )));
+        }
+        Err(e) => {
+            return Err(error(format!(
+                "cannot inspect its directory {}: {e}; give another {flag}",
+                dir.display()
+            )));
+        }
+    }
+    match create_temp_beside(dest, "probe") {
+        Ok((probe, file)) => {
+            drop(file);
+            let _ = std::fs::remove_file(probe);
+            Ok(target)
+        }
+        Err(e) => Err(error(format!(
+            "cannot create a file in {}: {e}; give {flag} a path in a writable directory",
+            dir.display()
+        ))),
+    }
+}
+
+/// The one writer of every user-named output (traces, exports, reports, plots, GGUF files, logit
+/// dumps): `fill` writes the contents, and what happens to `path` depends on what is there
+/// ([`output_target`]).
+///
+/// - Nothing, or a regular file (also through symbolic links, which are followed and kept): the
+///   contents go to a temporary file in the destination's directory, which is flushed, synced and
+///   renamed over the destination; the directory is synced last so that the rename itself is
+///   durable. The temporary file takes the replaced file's permissions (else the defaults under
+///   the umask) and is removed if anything fails, leaving the destination as it was.
+/// - A character device or a FIFO: written in place, never replaced.
+/// - Anything else (a directory, a block device, a socket, a dangling link): refused with an error
+///   of kind `InvalidInput` that says what is there.
+pub fn write_output<T, E: From<std::io::Error>>(
     path: &Path,
-    fill: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = match path.parent() {
+    fill: impl FnOnce(&mut BufWriter<&File>) -> Result<T, E>,
+) -> Result<T, E> {
+    let (value, staged) = stage_output(path, fill)?;
+    staged.commit()?;
+    Ok(value)
+}
+
+/// [`write_output`]'s first half, for outputs that must appear together (the generic/fused pair
+/// of `decoder capture --mode both`): the contents are written and synced to a temporary file
+/// beside the destination, which [`StagedOutput::commit`] renames into place; dropping it
+/// uncommitted removes the temporary file and leaves the destination as it was. A character
+/// device or a FIFO is written in place at once (there is nothing to rename).
+pub fn stage_output<T, E: From<std::io::Error>>(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<&File>) -> Result<T, E>,
+) -> Result<(T, StagedOutput), E> {
+    let dest = match output_target(path)? {
+        OutputTarget::InPlace { what } => {
+            let file = OpenOptions::new().write(true).open(path)?;
+            // Opened by name: a regular file put there meanwhile would be written over without
+            // being truncated. Refuse it; the caller can try again.
+            if file.metadata()?.is_file() {
+                return Err(std::io::Error::other(format!(
+                    "{} was {what} and became a regular file while it was opened; try again",
+                    path.display()
+                ))
+                .into());
+            }
+            let mut w = BufWriter::with_capacity(1 << 20, &file);
+            let value = fill(&mut w)?;
+            w.flush()?;
+            return Ok((
+                value,
+                StagedOutput {
+                    tmp: None,
+                    dest: path.to_owned(),
+                },
+            ));
+        }
+        OutputTarget::Replace { dest } => dest,
+    };
+    let (tmp_path, file) = create_temp_beside(&dest, "tmp")?;
+    let staged = StagedOutput {
+        tmp: Some(tmp_path),
+        dest,
+    };
+    if let Ok(old) = std::fs::metadata(&staged.dest) {
+        // Best effort: a file system without permissions still gets the contents.
+        let _ = file.set_permissions(old.permissions());
+    }
+    let value = {
+        let mut w = BufWriter::with_capacity(1 << 20, &file);
+        let value = fill(&mut w)?;
+        w.flush()?;
+        value
+    };
+    file.sync_all()?;
+    Ok((value, staged))
+}
+
+/// An output written to a temporary file beside its destination and not yet renamed into place
+/// ([`stage_output`]); removed when dropped uncommitted.
+#[derive(Debug)]
+pub struct StagedOutput {
+    /// `None` once committed, or for an output written in place.
+    tmp: Option<PathBuf>,
+    dest: PathBuf,
+}
+
+impl StagedOutput {
+    /// Renames the temporary file over the destination and syncs the directory, so that the
+    /// rename itself is durable (where a directory can be opened for syncing: not on Windows; the
+    /// file itself is already on disk, so a failure there is not an error).
+    pub fn commit(mut self) -> std::io::Result<()> {
+        if let Some(tmp) = &self.tmp {
+            std::fs::rename(tmp, &self.dest)?;
+            self.tmp = None;
+            if let Ok(d) = File::open(parent_dir(&self.dest)) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StagedOutput {
+    fn drop(&mut self) {
+        if let Some(p) = self.tmp.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// The directory a path's file lives in (`.` for a bare name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
-    };
+    }
+}
+
+/// Creates a new hidden file beside `path` (`.NAME.PID.N.SUFFIX`), never one that exists.
+fn create_temp_beside(path: &Path, suffix: &str) -> std::io::Result<(PathBuf, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = parent_dir(path);
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace".to_owned());
-    let (tmp_path, file) = loop {
+        .unwrap_or_else(|| "output".to_owned());
+    loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let candidate = dir.join(format!(".{file_name}.{}.{n}.tmp", std::process::id()));
+        let candidate = dir.join(format!(".{file_name}.{}.{n}.{suffix}", std::process::id()));
         match OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&candidate)
         {
-            Ok(f) => break (candidate, f),
+            Ok(f) => return Ok((candidate, f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
-        }
-    };
-    let guard = RemoveOnDrop(Some(tmp_path));
-    {
-        let mut w = BufWriter::with_capacity(1 << 20, &file);
-        fill(&mut w)?;
-        w.flush()?;
-    }
-    file.sync_all()?;
-    drop(file);
-    if let Some(tmp) = &guard.0 {
-        std::fs::rename(tmp, path)?;
-    }
-    guard.disarm();
-    // Make the rename durable. Opening a directory for syncing is not possible everywhere (Windows);
-    // the file itself is already on disk, so a failure here is not an error.
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
-/// Removes a temporary file unless disarmed.
-struct RemoveOnDrop(Option<PathBuf>);
-
-impl RemoveOnDrop {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_file(p);
         }
     }
 }
@@ -327,6 +565,8 @@ struct LeanToken {
     host_spans: IgnoredAny,
     #[serde(default)]
     gpu_spans: Vec<GpuSpan>,
+    #[serde(default)]
+    gpu_untimed: u64,
 }
 
 impl From<LeanTrace> for Trace {
@@ -354,6 +594,7 @@ impl From<LeanTrace> for Trace {
                     counters: r.counters,
                     host_spans: Vec::new(),
                     gpu_spans: r.gpu_spans,
+                    gpu_untimed: r.gpu_untimed,
                 })
                 .collect(),
         }

@@ -18,7 +18,8 @@
 //! ```
 //!
 //! The file format is documented in `profiler/TRACE_FORMAT.md`, the gate file in
-//! `profiler/gates.example.toml` and the [`gates`] module.
+//! `profiler/gates.example.toml` and the [`gates`] module, the op-kind rules that give a foreign
+//! program's dispatches the decoder's kinds in the [`kinds`] module.
 
 pub mod bootstrap;
 pub mod capture;
@@ -28,9 +29,11 @@ pub mod export;
 pub mod fuzzing;
 pub mod gates;
 pub mod io;
+pub mod kinds;
 pub mod record;
 pub mod report;
-mod rng;
+#[doc(hidden)]
+pub mod rng;
 pub mod speedup;
 pub mod stats;
 pub mod synth;
@@ -39,8 +42,8 @@ pub mod units;
 
 pub use bootstrap::{MedianDiffCi, median_difference_ci};
 pub use diff::{
-    Change, CounterDiff, Diff, DiffOptions, Mismatch, OpDiff, PerToken, PhaseDiff, TimingDiff,
-    TokenComparison, compute_diff,
+    Change, CounterDiff, Diff, DiffOptions, LabelOverlap, Mismatch, OpDiff, PerToken, PhaseDiff,
+    TimingDiff, TokenComparison, compute_diff, label_overlap,
 };
 pub use export::{ChromeTrace, ExportError, chrome_trace, export_chrome};
 pub use gates::{
@@ -48,9 +51,11 @@ pub use gates::{
     evaluate_gates, load_gates, parse_gates,
 };
 pub use io::{
-    TraceError, from_reader, from_slice, from_slice_named, read_trace, read_trace_for_analysis,
-    to_vec, to_writer, validate, write_trace,
+    OutputError, OutputTarget, StagedOutput, TraceError, check_output, from_reader, from_slice,
+    from_slice_named, open_regular_file, output_target, read_trace, read_trace_for_analysis,
+    stage_output, to_vec, to_writer, validate, write_output, write_trace,
 };
+pub use kinds::{DISPATCH_KINDS, KindRule, KindRules, KindsError};
 pub use report::{
     Format, fmt_bytes, fmt_ci_us, fmt_metric, fmt_pct, fmt_rel, fmt_signed, fmt_value,
     median_speedup, op_speedup, render_diff, render_stats, unit_cell,
@@ -58,7 +63,7 @@ pub use report::{
 pub use speedup::{Better, Speedup, Verdict, fmt_speedup};
 pub use stats::{
     CaptureInfo, DEFAULT_SKIP, MetricStats, OpRow, PhaseStats, Statistic, StatsOptions, Summary,
-    TIME_METRICS, TraceStats, compute_stats, fold_label,
+    TIME_METRICS, TraceStats, Untimed, compute_stats, fold_label,
 };
 pub use synth::{SynthKernels, SynthOptions, SynthSubmit, SynthTimestamps, synthetic_trace};
 pub use trace::{

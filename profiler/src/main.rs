@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use profiler::{
-    DiffOptions, Format, StatsOptions, SynthKernels, SynthOptions, SynthSubmit, SynthTimestamps,
+    DiffOptions, Format, KindRules, StatsOptions, SynthKernels, SynthOptions, SynthSubmit,
+    SynthTimestamps,
 };
 
 const EXIT_CODES: &str = "\
@@ -40,7 +41,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Per-token statistics of one trace: every counter and time (min, median, mean, p90, p99,
-    /// max, std dev, cv) for prefill and decode, and the per-op GPU table.
+    /// max, std dev, cv) for prefill and decode, the per-op GPU table and the same by op kind
+    /// (matvec, norm, attention, ...).
     Stats {
         /// The trace file.
         trace: PathBuf,
@@ -48,7 +50,9 @@ enum Command {
         common: Common,
     },
     /// Compare trace A (baseline) with trace B: every metric in one table, counters exactly,
-    /// timings with bootstrap confidence intervals; optionally check CI gates.
+    /// timings with bootstrap confidence intervals, ops by label and by kind (first by kind when
+    /// the labels do not line up, e.g. llama.cpp against the decoder); optionally check CI
+    /// gates.
     #[command(after_help = EXIT_CODES)]
     Diff {
         /// The baseline trace.
@@ -113,6 +117,11 @@ enum Command {
         /// beside this executable).
         #[arg(long, value_name = "PATH")]
         layer: Option<PathBuf>,
+        /// Kinds for the program's dispatches, written into the trace's ops (`matvec`, `norm`,
+        /// ...; `dispatch` where no rule matches). `stats` and `diff` apply the rules again when
+        /// they read the trace, so a rule file can also be given later.
+        #[command(flatten)]
+        kinds: KindArgs,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
         command: Vec<String>,
@@ -149,6 +158,29 @@ enum Command {
     },
 }
 
+/// `--op-kinds FILE` and `--no-builtin-kinds`: how a foreign program's dispatches get kinds.
+#[derive(clap::Args)]
+struct KindArgs {
+    /// A TOML file of op-kind rules for a foreign program's dispatch names (`[[rule]]` tables
+    /// with a glob `pattern` and a `kind`), tried in order before the built-in rules, which know
+    /// the decoder's labels and llama.cpp's ggml-vulkan pipelines. See TRACE_FORMAT.md, "Op
+    /// kinds".
+    #[arg(long, value_name = "FILE")]
+    op_kinds: Option<PathBuf>,
+    /// Use only the rules of --op-kinds (without it: none), not the built-in ones.
+    #[arg(long)]
+    no_builtin_kinds: bool,
+}
+
+impl KindArgs {
+    fn rules(&self) -> Result<KindRules> {
+        Ok(KindRules::from_options(
+            self.op_kinds.as_deref(),
+            !self.no_builtin_kinds,
+        )?)
+    }
+}
+
 #[derive(clap::Args)]
 struct Common {
     /// Decode tokens to skip at the start (warm-up); clamped to half the decode tokens.
@@ -160,6 +192,10 @@ struct Common {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Human)]
     format: Format,
+    /// Dispatches of a foreign program's trace (`profiler record`) still of kind `dispatch` are
+    /// given kinds when read, so that the per-kind tables compare them with the decoder's.
+    #[command(flatten)]
+    kinds: KindArgs,
 }
 
 impl Common {
@@ -209,9 +245,12 @@ enum Outcome {
     Exit(i32),
 }
 
-/// Reads a trace for statistics and diffs (host spans skipped: they are not used there).
-fn read(path: &Path) -> Result<profiler::Trace> {
-    Ok(profiler::read_trace_for_analysis(path)?)
+/// Reads a trace for statistics and diffs (host spans skipped: they are not used there), giving
+/// a foreign program's unclassified dispatches their kinds by `kinds`.
+fn read(path: &Path, kinds: &KindRules) -> Result<profiler::Trace> {
+    let mut t = profiler::read_trace_for_analysis(path)?;
+    kinds.classify_foreign(&mut t);
+    Ok(t)
 }
 
 fn print(text: &str) -> Result<()> {
@@ -226,7 +265,8 @@ fn print(text: &str) -> Result<()> {
 fn run(cli: Cli) -> Result<Outcome> {
     match cli.command {
         Command::Stats { trace, common } => {
-            let t = read(&trace)?;
+            let kinds = common.kinds.rules()?;
+            let t = read(&trace, &kinds)?;
             let s =
                 profiler::compute_stats(&t, &trace.display().to_string(), &common.stats_options());
             print(&profiler::render_stats(&s, common.format))?;
@@ -246,12 +286,14 @@ fn run(cli: Cli) -> Result<Outcome> {
             if !(confidence > 0.0 && confidence < 1.0) {
                 anyhow::bail!("--confidence must be between 0 and 1 (e.g. 0.95), not {confidence}");
             }
-            // A bad gate file is reported before the (possibly large) traces are read.
+            profiler::diff::check_ignore(&ignore).map_err(anyhow::Error::msg)?;
+            // A bad gate or rule file is reported before the (possibly large) traces are read.
             let gate_file = gates.as_deref().map(profiler::load_gates).transpose()?;
+            let kinds = common.kinds.rules()?;
             // Parse both traces at once: on two cores that halves a large diff's reading time.
             let (ta, tb) = std::thread::scope(|s| {
-                let ha = s.spawn(|| read(&a));
-                let tb = read(&b);
+                let ha = s.spawn(|| read(&a, &kinds));
+                let tb = read(&b, &kinds);
                 let ta = ha
                     .join()
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("reading {} panicked", a.display())));
@@ -311,6 +353,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             Ok(Outcome::Ok)
         }
         Command::Export { format, trace, out } => {
+            profiler::check_output(&out, "OUT")?;
             let t = profiler::read_trace(&trace)?;
             match format {
                 ExportFormat::Chrome => profiler::export_chrome(&t, &out)?,
@@ -323,6 +366,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             timestamps,
             steps,
             layer,
+            kinds,
             command,
         } => {
             let opts = profiler::record::RecordOptions {
@@ -330,6 +374,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 timestamps: timestamps.name().into(),
                 steps,
                 layer,
+                op_kinds: kinds.rules()?,
                 command,
             };
             let rec = profiler::record::record(&opts)?;

@@ -35,6 +35,8 @@ pub struct RecordOptions {
     pub steps: StepRule,
     /// `--layer`; else `$DECODESCOPE_LAYER`; else beside the executable.
     pub layer: Option<PathBuf>,
+    /// Op kinds for the program's dispatches (`--op-kinds FILE`, then the built-in rules).
+    pub op_kinds: crate::kinds::KindRules,
     /// The program and its arguments.
     pub command: Vec<String>,
 }
@@ -93,6 +95,8 @@ pub enum RecordError {
     Capture(#[from] CaptureError),
     #[error(transparent)]
     Write(#[from] crate::io::TraceError),
+    #[error(transparent)]
+    Output(#[from] crate::io::OutputError),
 }
 
 /// Finds the layer library: `explicit`, else `$DECODESCOPE_LAYER`, else beside `exe`.
@@ -166,6 +170,8 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
     let Some((program, args)) = opts.command.split_first() else {
         return Err(RecordError::NoProgram);
     };
+    // Before the program runs: an output that cannot be written would lose the whole capture.
+    crate::io::check_output(&opts.out, "--out")?;
     let exe = std::env::current_exe().ok();
     let layer = find_layer(opts.layer.as_deref(), exe.as_deref())?;
     let scratch = scratch_dir()?;
@@ -258,9 +264,16 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
             path: f.clone(),
             err,
         })?;
-        raws.push(capture::parse_raw(&f.display().to_string(), &text)?);
+        let mut raw = capture::parse_raw(&f.display().to_string(), &text)?;
+        // The process's live file: what it submitted after its last record.
+        if let Some(pid) = raw.process.as_ref().map(|p| p.pid)
+            && let Ok(bytes) = std::fs::read(scratch.0.join(format!("live.{pid}")))
+        {
+            raw.live = capture::parse_live(&bytes);
+        }
+        raws.push(raw);
     }
-    let trace = capture::build_trace(&raws, &run, opts.steps);
+    let trace = capture::build_trace(&raws, &run, opts.steps, &opts.op_kinds);
     if let Ok(t) = &trace {
         crate::io::write_trace(&opts.out, t)?;
     }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::diff::{Change, Diff, OpDiff, PerToken, PhaseDiff};
+use crate::diff::{Change, Diff, LabelOverlap, OpDiff, PerToken, PhaseDiff};
 use crate::gates::{GateReport, Status};
 use crate::speedup::{Better, fmt_speedup};
 use crate::stats::{CaptureInfo, OpRow, PhaseStats, Statistic, TraceStats};
@@ -304,12 +304,23 @@ fn metric_table(p: &PhaseStats, format: Format, out: &mut String) {
     t.render(format, out);
 }
 
-fn op_table(rows: &[OpRow], regions: bool, format: Format, out: &mut String) {
-    let mut t = Table::new(&[
-        ("label", false),
-        ("kind", false),
+/// What the rows of an op table stand for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rows {
+    Ops,
+    Regions,
+    Kinds,
+}
+
+fn op_table(rows: &[OpRow], of: Rows, format: Format, out: &mut String) {
+    let mut cols = vec![("label", false), ("kind", false)];
+    if of == Rows::Kinds {
+        // A kind row's label is its kind.
+        cols.remove(0);
+    }
+    cols.extend([
         (
-            if regions {
+            if of == Rows::Regions {
                 "spans/token"
             } else {
                 "dispatches/token"
@@ -322,10 +333,13 @@ fn op_table(rows: &[OpRow], regions: bool, format: Format, out: &mut String) {
         ("GB/s", true),
         ("of bandwidth", true),
     ]);
+    let mut t = Table::new(&cols);
     for r in rows {
-        t.row(vec![
-            r.label.clone(),
-            r.kind.clone(),
+        let mut cells = vec![r.label.clone(), r.kind.clone()];
+        if of == Rows::Kinds {
+            cells.remove(0);
+        }
+        cells.extend([
             fmt_value(r.dispatches_per_token),
             fmt_us(r.gpu_us_median),
             fmt_pct(r.gpu_share),
@@ -337,6 +351,7 @@ fn op_table(rows: &[OpRow], regions: bool, format: Format, out: &mut String) {
             r.achieved_gbps.map_or("-".to_owned(), fmt_value),
             r.bandwidth_share.map_or("-".to_owned(), fmt_pct),
         ]);
+        t.row(cells);
     }
     t.render(format, out);
 }
@@ -365,6 +380,9 @@ pub fn render_stats(s: &TraceStats, format: Format) -> String {
         ),
         &mut out,
     );
+    if let Some(u) = &s.untimed {
+        para(format, &format!("untimed: {}", u.sentence()), &mut out);
+    }
     for n in &s.notes {
         para(format, &format!("note: {n}"), &mut out);
     }
@@ -393,7 +411,7 @@ pub fn render_stats(s: &TraceStats, format: Format) -> String {
             ),
             &mut out,
         );
-        op_table(&s.ops, false, format, &mut out);
+        op_table(&s.ops, Rows::Ops, format, &mut out);
         if s.memory_bandwidth_gbps.is_none() {
             para(
                 format,
@@ -402,9 +420,13 @@ pub fn render_stats(s: &TraceStats, format: Format) -> String {
             );
         }
     }
+    if !s.kinds.is_empty() {
+        heading(format, "op kinds: decode, per token", &mut out);
+        op_table(&s.kinds, Rows::Kinds, format, &mut out);
+    }
     if !s.regions.is_empty() {
         heading(format, "regions: decode, per token", &mut out);
-        op_table(&s.regions, true, format, &mut out);
+        op_table(&s.regions, Rows::Regions, format, &mut out);
     }
     out
 }
@@ -531,10 +553,12 @@ pub fn op_speedup(o: &OpDiff) -> String {
     )
 }
 
-fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
-    let mut t = Table::new(&[
-        ("label", false),
-        ("kind", false),
+fn op_diff_table(rows: &[OpDiff], of: Rows, format: Format, out: &mut String) {
+    let mut cols = vec![("label", false), ("kind", false)];
+    if of == Rows::Kinds {
+        cols.remove(0);
+    }
+    cols.extend([
         ("A n/token", true),
         ("B n/token", true),
         ("A time/token", true),
@@ -546,6 +570,7 @@ fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
         ("B GB/s", true),
         ("verdict", false),
     ]);
+    let mut t = Table::new(&cols);
     let opt =
         |r: &Option<OpRow>, f: &dyn Fn(&OpRow) -> String| r.as_ref().map_or("-".to_owned(), f);
     for o in rows {
@@ -559,9 +584,11 @@ fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
             _ => change_text(o.change, false),
         };
         let gbps = |r: &OpRow| r.achieved_gbps.map_or("-".to_owned(), fmt_value);
-        t.row(vec![
-            o.label.clone(),
-            o.kind.clone(),
+        let mut cells = vec![o.label.clone(), o.kind.clone()];
+        if of == Rows::Kinds {
+            cells.remove(0);
+        }
+        cells.extend([
             opt(&o.a, &|r| fmt_value(r.dispatches_per_token)),
             opt(&o.b, &|r| fmt_value(r.dispatches_per_token)),
             opt(&o.a, &|r| fmt_us(r.gpu_us_median)),
@@ -573,8 +600,34 @@ fn op_diff_table(rows: &[OpDiff], format: Format, out: &mut String) {
             opt(&o.b, &gbps),
             verdict.to_owned(),
         ]);
+        t.row(cells);
     }
     t.render(format, out);
+}
+
+/// The by-kind table of a diff, with what the labels' overlap says about it.
+fn kind_diff_section(d: &Diff, format: Format, out: &mut String) {
+    heading(
+        format,
+        "op kinds: decode, GPU time per token (median), every dispatch of a kind summed",
+        out,
+    );
+    op_diff_table(&d.kinds, Rows::Kinds, format, out);
+}
+
+/// The sentence on labels of A and B that do not line up.
+fn overlap_sentence(o: &LabelOverlap) -> String {
+    let what = if o.weight == "gpu_time" {
+        "GPU time"
+    } else {
+        "dispatches"
+    };
+    format!(
+        "op labels do not line up (only {} of A's {what} and {} of B's is in labels both have): \
+         ops are compared by kind first",
+        fmt_pct(o.a_shared),
+        fmt_pct(o.b_shared)
+    )
 }
 
 fn gate_table(g: &GateReport, format: Format, out: &mut String) {
@@ -675,6 +728,18 @@ pub fn render_diff(d: &Diff, gates: Option<&GateReport>, format: Format) -> Stri
         },
         &mut out,
     );
+    for (side, u) in [("A", &d.a_untimed), ("B", &d.b_untimed)] {
+        if let Some(u) = u {
+            para(
+                format,
+                &format!("untimed in {side}: {}", u.sentence()),
+                &mut out,
+            );
+        }
+    }
+    if let Some(o) = d.label_overlap.as_ref().filter(|o| !o.lines_up()) {
+        para(format, &overlap_sentence(o), &mut out);
+    }
     if d.comparability.is_empty() {
         para(
             format,
@@ -705,6 +770,12 @@ pub fn render_diff(d: &Diff, gates: Option<&GateReport>, format: Format) -> Stri
     for p in d.phases.iter().rev() {
         phase_diff_tables(p, d, format, &mut out);
     }
+    // By kind first where the labels do not line up; after the labels where both sides have
+    // kinds (a cheap second view).
+    let kinds_first = !d.labels_line_up() && !d.kinds.is_empty();
+    if kinds_first {
+        kind_diff_section(d, format, &mut out);
+    }
     if !d.ops.is_empty() {
         heading(
             format,
@@ -718,7 +789,10 @@ pub fn render_diff(d: &Diff, gates: Option<&GateReport>, format: Format) -> Stri
             ),
             &mut out,
         );
-        op_diff_table(&d.ops, format, &mut out);
+        op_diff_table(&d.ops, Rows::Ops, format, &mut out);
+    }
+    if !kinds_first && d.both_have_kinds() {
+        kind_diff_section(d, format, &mut out);
     }
     if !d.regions.is_empty() {
         heading(
@@ -726,7 +800,7 @@ pub fn render_diff(d: &Diff, gates: Option<&GateReport>, format: Format) -> Stri
             "regions: decode, GPU time per token (median)",
             &mut out,
         );
-        op_diff_table(&d.regions, format, &mut out);
+        op_diff_table(&d.regions, Rows::Regions, format, &mut out);
     }
     if let Some(g) = gates {
         gate_table(g, format, &mut out);

@@ -4,7 +4,8 @@
 //! steps of one phase: min, median, mean, p90, p99, max, standard deviation and coefficient of
 //! variation. Prefill and decode are kept apart, and the first decode tokens (warm-up: first
 //! recording, pipeline creation, cold caches) are skipped. The per-op table aggregates dispatch
-//! spans by label over the analysed decode tokens.
+//! spans by label over the analysed decode tokens, the per-kind table the same spans by op kind
+//! (`matvec`, `norm`, ...; see [`crate::kinds`] for a foreign program's dispatches).
 //!
 //! Definitions (also in TRACE_FORMAT.md):
 //! - percentiles interpolate linearly between the two nearest ranks (`numpy.percentile`'s default);
@@ -30,6 +31,10 @@ pub const TIME_METRICS: [&str; 5] = [
 
 /// The number of decode tokens skipped when the user does not say.
 pub const DEFAULT_SKIP: usize = 2;
+
+/// The per-step metric of dispatches without a GPU span (`TokenRecord::gpu_untimed`), listed
+/// after the counters in traces that have any.
+pub const GPU_UNTIMED: &str = "gpu_untimed";
 
 /// A statistic over per-token samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -364,11 +369,65 @@ pub struct TraceStats {
     pub ops: Vec<OpRow>,
     /// `region` and `token` spans over the analysed decode tokens, by GPU time, largest first.
     pub regions: Vec<OpRow>,
+    /// The dispatch spans of `ops` by op kind (`OpRow::label` and `kind` are the kind), by GPU
+    /// time, largest first.
+    pub kinds: Vec<OpRow>,
+    /// Dispatches without a GPU span (a foreign program's capture); `None` when every dispatch
+    /// of the capture was timed, or when nothing was (timestamps `off`).
+    pub untimed: Option<Untimed>,
     /// Whether op labels were folded (`L*.q_proj`).
     pub folded_labels: bool,
     pub memory_bandwidth_gbps: Option<f64>,
     /// Things the reader should know (skip clamped, no GPU timestamps, ...).
     pub notes: Vec<String>,
+}
+
+/// Dispatches that ran without a GPU span (`TokenRecord::gpu_untimed`,
+/// `meta.capture.untimed_dispatches`): the GPU time and the per-op table cover only the others.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Untimed {
+    /// Median over the analysed decode steps of their untimed dispatches.
+    pub decode_untimed_per_token: f64,
+    /// Median over the same steps of the `dispatches` counter.
+    pub decode_dispatches_per_token: f64,
+    /// Analysed decode steps with at least one untimed dispatch.
+    pub decode_steps_with_untimed: usize,
+    /// Analysed decode steps.
+    pub decode_steps: usize,
+    /// Untimed dispatches of the whole capture (steps, epilogue and tail), from `meta.capture`.
+    pub capture_untimed_dispatches: u64,
+}
+
+impl Untimed {
+    /// The sentence reports print: how many dispatches have no span, and what that means.
+    pub fn sentence(&self) -> String {
+        let why = "(a queue without timestamps, a secondary command buffer, a full query pool or \
+                   results never read back)";
+        if self.decode_steps_with_untimed > 0 {
+            let mut s = format!(
+                "{} of {} dispatches per decode token (median) have no GPU span {why}: GPU time \
+                 and the op table cover the rest",
+                crate::report::fmt_value(self.decode_untimed_per_token),
+                crate::report::fmt_value(self.decode_dispatches_per_token),
+            );
+            if self.decode_steps_with_untimed < self.decode_steps {
+                s += &format!(
+                    " ({} of {} analysed decode steps have any)",
+                    self.decode_steps_with_untimed, self.decode_steps
+                );
+            }
+            if self.capture_untimed_dispatches > 0 {
+                s += &format!("; {} in the whole capture", self.capture_untimed_dispatches);
+            }
+            s
+        } else {
+            format!(
+                "every analysed decode dispatch has a GPU span, but {} dispatches elsewhere in the \
+                 capture (prefill, epilogue or after the last step) have none {why}",
+                self.capture_untimed_dispatches
+            )
+        }
+    }
 }
 
 impl TraceStats {
@@ -389,6 +448,8 @@ pub(crate) struct PhaseSamples {
     pub counters: Vec<Vec<u64>>,
     /// `times[m][t]` for each of [`TIME_METRICS`]; empty for a time the trace lacks.
     pub times: Vec<Vec<f64>>,
+    /// `untimed[t]`: the step's dispatches without a GPU span (`TokenRecord::gpu_untimed`).
+    pub untimed: Vec<u64>,
 }
 
 /// Selects the steps of a phase (skipping warm-up decode tokens) and extracts their samples.
@@ -430,6 +491,7 @@ pub(crate) fn phase_samples(trace: &Trace, phase: Phase, skip: usize) -> PhaseSa
     ];
     PhaseSamples {
         tokens: records.iter().map(|r| r.n_tokens as u64).sum(),
+        untimed: records.iter().map(|r| r.gpu_untimed).collect(),
         steps,
         counters,
         times,
@@ -445,7 +507,7 @@ pub fn gpu_gap_ns(tokens: &[TokenRecord], i: usize) -> Option<u64> {
     let end = prev
         .gpu_spans
         .iter()
-        .map(|s| s.start_ns() + s.dur_ns())
+        .map(|s| s.start_ns().saturating_add(s.dur_ns()))
         .max()?;
     let start = cur.gpu_spans.iter().map(|s| s.start_ns()).min()?;
     Some(start.saturating_sub(end))
@@ -496,6 +558,15 @@ fn phase_stats(trace: &Trace, phase: Phase, s: &PhaseSamples) -> PhaseStats {
             summary: Summary::of(&v),
         });
     }
+    // Only a foreign program's capture has untimed dispatches: the row appears where it has.
+    if trace.tokens.iter().any(|r| r.gpu_untimed > 0) {
+        let v: Vec<f64> = s.untimed.iter().map(|&x| x as f64).collect();
+        metrics.push(MetricStats {
+            name: GPU_UNTIMED.to_owned(),
+            unit: "count".to_owned(),
+            summary: Summary::of(&v),
+        });
+    }
     for (m, name) in TIME_METRICS.iter().enumerate() {
         if s.times[m].is_empty() && !s.steps.is_empty() {
             continue;
@@ -506,7 +577,6 @@ fn phase_stats(trace: &Trace, phase: Phase, s: &PhaseSamples) -> PhaseStats {
             summary: Summary::of(&s.times[m]),
         });
     }
-    let _ = trace;
     PhaseStats {
         phase,
         steps: s.steps.len(),
@@ -515,11 +585,21 @@ fn phase_stats(trace: &Trace, phase: Phase, s: &PhaseSamples) -> PhaseStats {
     }
 }
 
-/// Aggregates GPU spans of the given steps by (folded) label: `(dispatch rows, region rows)`.
+/// What the rows of [`op_rows`] stand for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Grouping {
+    /// One row per label, numeric parts folded (`L*.q_proj`) when `fold`.
+    Label { fold: bool },
+    /// One row per op kind (`matvec`, `norm`, ...); the row's label is the kind.
+    Kind,
+}
+
+/// Aggregates GPU spans of the given steps by (folded) label or by kind: `(dispatch rows, region
+/// rows)`.
 pub(crate) fn op_rows(
     trace: &Trace,
     steps: &[usize],
-    fold: bool,
+    grouping: Grouping,
     bandwidth_gbps: Option<f64>,
 ) -> (Vec<OpRow>, Vec<OpRow>) {
     // Map every op index to its row.
@@ -529,10 +609,10 @@ pub(crate) fn op_rows(
         .ops
         .iter()
         .map(|o| {
-            let label = if fold {
-                fold_label(&o.label)
-            } else {
-                o.label.clone()
+            let label = match grouping {
+                Grouping::Label { fold: true } => fold_label(&o.label),
+                Grouping::Label { fold: false } => o.label.clone(),
+                Grouping::Kind => o.kind.clone(),
             };
             let region = is_region_kind(&o.kind);
             *index.entry((label.clone(), region)).or_insert_with(|| {
@@ -612,6 +692,61 @@ pub(crate) fn op_rows(
     )
 }
 
+/// The untimed dispatches of a trace's analysed decode steps (`decode`) and of its whole capture;
+/// `None` when there are none.
+pub(crate) fn untimed(trace: &Trace, decode: &PhaseSamples) -> Option<Untimed> {
+    let capture_untimed_dispatches = trace
+        .meta
+        .capture
+        .as_ref()
+        .map_or(0, |c| c.untimed_dispatches);
+    let with = decode.untimed.iter().filter(|&&n| n > 0).count();
+    if with == 0 && capture_untimed_dispatches == 0 {
+        return None;
+    }
+    let median = |v: &[u64]| {
+        let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+        Summary::of(&f).median
+    };
+    let dispatches = Counters::NAMES
+        .iter()
+        .position(|n| *n == "dispatches")
+        .map_or(0.0, |c| median(&decode.counters[c]));
+    Some(Untimed {
+        decode_untimed_per_token: median(&decode.untimed),
+        decode_dispatches_per_token: dispatches,
+        decode_steps_with_untimed: with,
+        decode_steps: decode.steps.len(),
+        capture_untimed_dispatches,
+    })
+}
+
+/// A note on a foreign trace's dispatch labels that no op-kind rule matched (they keep kind
+/// `dispatch` and have a row of their own in the per-kind table).
+fn unclassified_note(trace: &Trace, ops: &[OpRow]) -> Option<String> {
+    trace.meta.capture.as_ref()?;
+    let rows: Vec<&OpRow> = ops
+        .iter()
+        .filter(|r| r.kind == crate::kinds::UNCLASSIFIED)
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let share: f64 = rows.iter().map(|r| r.gpu_share).sum();
+    let mut names: Vec<&str> = rows.iter().take(3).map(|r| r.label.as_str()).collect();
+    if rows.len() > names.len() {
+        names.push("...");
+    }
+    Some(format!(
+        "{} of {} dispatch labels ({} of GPU time) match no op-kind rule and keep kind `dispatch` \
+         ({}); name them in a rule file: --op-kinds FILE (TRACE_FORMAT.md, \"Op kinds\")",
+        rows.len(),
+        ops.len(),
+        crate::report::fmt_pct(share),
+        names.join(", ")
+    ))
+}
+
 /// Computes the statistics of `trace`; `source` names it in the report.
 pub fn compute_stats(trace: &Trace, source: &str, opts: &StatsOptions) -> TraceStats {
     let decode_steps = trace
@@ -643,16 +778,37 @@ pub fn compute_stats(trace: &Trace, source: &str, opts: &StatsOptions) -> TraceS
                 .to_owned(),
         );
     }
+    // A foreign program's capture that is not whole says why (killed, crashed, its tail).
+    if let Some(c) = &trace.meta.capture
+        && !c.complete
+    {
+        for n in &c.notes {
+            notes.push(format!("incomplete capture: {n}"));
+        }
+    }
     let bw = trace.meta.device.memory_bandwidth_gbps;
-    let (ops, regions) = op_rows(trace, &decode.steps, opts.fold_labels, bw);
+    let (ops, regions) = op_rows(
+        trace,
+        &decode.steps,
+        Grouping::Label {
+            fold: opts.fold_labels,
+        },
+        bw,
+    );
+    let (kinds, _) = op_rows(trace, &decode.steps, Grouping::Kind, bw);
+    if let Some(n) = unclassified_note(trace, &ops) {
+        notes.push(n);
+    }
     TraceStats {
         capture: CaptureInfo::of(trace, source),
         skip_requested: opts.skip,
         skip_applied: skip,
         prefill: (!prefill.steps.is_empty()).then(|| phase_stats(trace, Phase::Prefill, &prefill)),
         decode: (!decode.steps.is_empty()).then(|| phase_stats(trace, Phase::Decode, &decode)),
+        untimed: untimed(trace, &decode),
         ops,
         regions,
+        kinds,
         folded_labels: opts.fold_labels,
         memory_bandwidth_gbps: bw,
         notes,

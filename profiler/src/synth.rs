@@ -546,6 +546,7 @@ pub fn synthetic_trace(opts: &SynthOptions) -> Trace {
             counters,
             host_spans: host,
             gpu_spans: gpu,
+            gpu_untimed: 0,
         });
         t_ns = t + jitter(&mut rng, 5_000.0, 0.1);
     }

@@ -91,6 +91,50 @@ pub struct CaptureMeta {
     pub dropped_timestamps: u64,
     /// Counters the layer cannot see completely (left at what it could count).
     pub unknown_counters: Vec<String>,
+    /// Dispatches of the whole capture (steps, epilogue and tail) that have no GPU span at the
+    /// capture's timestamp level; the sum of the steps' `gpu_untimed` plus the epilogue's and
+    /// the tail's. 0 with timestamps `off`, where nothing is timed and nothing is claimed.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub untimed_dispatches: u64,
+    /// Every queue of every device the program submitted to, with what it was given over the
+    /// whole capture (`device` and `family` as the program created them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<CaptureQueue>,
+    /// Work after the last complete step of a program that did not finish (killed, crashed,
+    /// interrupted): what the layer saw submitted after the last step it could close, and why
+    /// it is not a step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail: Option<CaptureTail>,
+}
+
+/// One queue of a foreign program and what was submitted to it (`meta.capture.queues`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct CaptureQueue {
+    /// The device's index in the process (creation order) and its name.
+    pub device: u32,
+    pub device_name: String,
+    /// Queue family and index within the family (`vkGetDeviceQueue`).
+    pub family: u32,
+    pub index: u32,
+    /// `compute` or `transfer` (a transfer-only family), as `GpuSpan::queue` numbers them.
+    pub kind: String,
+    pub submits: u64,
+    pub command_buffers: u64,
+    pub dispatches: u64,
+}
+
+/// Work a stopped program submitted after its last complete step (`meta.capture.tail`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct CaptureTail {
+    /// Why the work is not a step (the program's end, in a sentence).
+    pub reason: String,
+    /// Wait groups after the last step (the open one, whose wait never came, included).
+    pub wait_groups: u64,
+    pub counters: Counters,
+    /// Host time from the end of the last step to the last call the layer saw.
+    pub wall_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -174,7 +218,8 @@ pub struct ModelMeta {
     pub weight_bytes_per_token: u64,
 }
 
-/// The six execution knobs of DESIGN.md, as given on the command line (`--submit every:4`, ...).
+/// The six execution knobs of docs/design.md, as given on the command line (`--submit every:4`,
+/// ...).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Knobs {
     /// Preset the knobs started from: `generic`, `fused`, or `custom` when a flag overrode one.
@@ -321,6 +366,12 @@ pub struct TokenRecord {
     pub host_spans: Vec<HostSpan>,
     #[serde(default)]
     pub gpu_spans: Vec<GpuSpan>,
+    /// Dispatches of this step without a GPU span at the capture's timestamp level (a queue
+    /// without timestamps, a secondary command buffer, a full query pool, results that never
+    /// became available): `gpu_busy_ns` and the op table cover the rest. Only a foreign
+    /// program's trace (`profiler record`) has any; 0 is not written.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub gpu_untimed: u64,
 }
 
 /// Exact per-step Vulkan API counters, counted where the decoder calls Vulkan.
@@ -415,6 +466,61 @@ impl Counters {
     pub fn get(&self, name: &str) -> Option<u64> {
         let i = Self::NAMES.iter().position(|n| *n == name)?;
         Some(self.values()[i])
+    }
+
+    /// Number of stored fields (every counter but the `submits` sum).
+    pub const FIELDS: usize = 17;
+
+    /// The stored fields in declaration order (the raw capture's live file stores them so).
+    pub fn to_fields(&self) -> [u64; Self::FIELDS] {
+        [
+            self.submits_compute,
+            self.submits_transfer,
+            self.command_buffers_begun,
+            self.dispatches,
+            self.transfer_commands,
+            self.barrier_calls,
+            self.memory_barriers,
+            self.descriptor_sets_allocated,
+            self.descriptor_writes,
+            self.pipeline_binds,
+            self.descriptor_set_binds,
+            self.push_constant_updates,
+            self.fence_waits,
+            self.bytes_to_device,
+            self.bytes_from_device,
+            self.timestamp_writes,
+            self.kv_bytes_copied,
+        ]
+    }
+
+    /// The inverse of [`Counters::to_fields`].
+    pub fn from_fields(f: [u64; Self::FIELDS]) -> Counters {
+        Counters {
+            submits_compute: f[0],
+            submits_transfer: f[1],
+            command_buffers_begun: f[2],
+            dispatches: f[3],
+            transfer_commands: f[4],
+            barrier_calls: f[5],
+            memory_barriers: f[6],
+            descriptor_sets_allocated: f[7],
+            descriptor_writes: f[8],
+            pipeline_binds: f[9],
+            descriptor_set_binds: f[10],
+            push_constant_updates: f[11],
+            fence_waits: f[12],
+            bytes_to_device: f[13],
+            bytes_from_device: f[14],
+            timestamp_writes: f[15],
+            kv_bytes_copied: f[16],
+        }
+    }
+
+    /// Field by field `self - o`, at least 0.
+    pub fn saturating_sub(&self, o: &Counters) -> Counters {
+        let (a, b) = (self.to_fields(), o.to_fields());
+        Counters::from_fields(std::array::from_fn(|i| a[i].saturating_sub(b[i])))
     }
 
     pub fn add(&mut self, o: &Counters) {

@@ -72,6 +72,7 @@ fn known_trace() -> Trace {
                     GpuSpan(0, start + 10_000, 1_000, 0, 0),
                     GpuSpan(1, start + 11_000, 3_000, 0, 0),
                 ],
+                gpu_untimed: 0,
             }
         })
         .collect();

@@ -14,13 +14,17 @@
 #
 # 1. `decoder export-gguf` writes $MODEL (default qwen3-0.6b, synthesized on first use) as GGUF.
 # 2. llama-server answers one /completion request: a prompt of $CONTEXT token ids (default 512),
-#    $N_PREDICT tokens (default 64), ignore_eos, temperature 0; without the layer and under
+#    $N_PREDICT tokens (default 128), ignore_eos, temperature 0; without the layer and under
 #    `profiler record` at each of $LEVELS (default: off submit command-buffer dispatch), after one
-#    untimed warm-up run, in $REPEATS (default 3) interleaved rounds.
+#    untimed warm-up run, in $REPEATS (default 5) interleaved rounds.
 # 3. `decoder capture --mode both` at the same context and length.
-# 4. OUT_DIR/capture-llama.md and .json: submits, barriers, descriptor writes and dispatches per
+# 4. One more llama-server run at `dispatch` with GGML_VK_DEBUG_MARKERS=1 (llama.cpp's pipeline
+#    names on its dispatches) and the fused preset at `--timestamps dispatch`; `profiler diff`
+#    of the two compares their ops by kind. Both traces go to OUT_DIR as .json.gz.
+# 5. OUT_DIR/capture-llama.md and .json: submits, barriers, descriptor writes and dispatches per
 #    decode token (median over decode steps, the first 2 skipped) of llama.cpp and both presets,
-#    the decode steps the layer found, and llama-server's tokens/s at each level against none.
+#    the decode steps the layer found, llama-server's tokens/s at each level against none, and at
+#    each level how many decode steps have a GPU span for every dispatch the step counts.
 # Traces and logs stay in $WORK (default /tmp/capture-llama), out of OUT_DIR.
 #
 # On lavapipe (a check of the script, not a measurement): GGML_VK_VISIBLE_DEVICES=0 MODEL=tiny
@@ -34,9 +38,9 @@ decoder=${DECODER:-$bin/decoder}
 llama=${LLAMA_SERVER:-/tmp/llama}
 model=${MODEL:-qwen3-0.6b}
 context=${CONTEXT:-512}
-n_predict=${N_PREDICT:-64}
+n_predict=${N_PREDICT:-128}
 levels=${LEVELS:-off submit command-buffer dispatch}
-repeats=${REPEATS:-3}
+repeats=${REPEATS:-5}
 work=${WORK:-/tmp/capture-llama}
 
 if [[ -z ${LLAMA_SERVER:-} && ! -e $llama/llama-server && -f $bin/llama.tar.xz ]]; then
@@ -65,16 +69,21 @@ gguf=$work/$model.gguf
 # One llama-server run: $1 = none or a timestamp level, $2 = the run's tag (its timings go to
 # llama-$2.timings.json).
 serve() {
-  local level=$1 tag=$2 port log pid
+  local level=$1 tag=$2 port log pid trace=${3:-$work/llama-$1.json} diag=
+  # LEVEL+DIAG runs the layer with DECODESCOPE_LAYER_DIAG=DIAG (its cost, taken apart).
+  if [[ $level == *+* ]]; then
+    diag=${level#*+}
+    level=${level%%+*}
+  fi
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  log=$work/llama-$level.log
+  log=$work/llama-$tag.log
   local server=("$llama/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port"
     -c $((context + n_predict + 64)) -np 1 -ngl 999 -fa on --no-webui)
   if [[ $level == none ]]; then
     "${server[@]}" >"$log" 2>&1 &
   else
-    "$profiler" record --layer "$layer" --timestamps "$level" --out "$work/llama-$level.json" \
-      -- "${server[@]}" >"$log" 2>&1 &
+    DECODESCOPE_LAYER_DIAG=$diag "$profiler" record --layer "$layer" --timestamps "$level" \
+      --out "$trace" -- "${server[@]}" >"$log" 2>&1 &
   fi
   pid=$!
   if ! python3 - "$port" "$context" "$n_predict" "$work/llama-$tag.timings.json" "$pid" "$log" <<'PY'
@@ -137,6 +146,9 @@ PY
   kill -INT "$pid"
   wait "$pid" || true
   tail -n 2 "$log"
+  # Each run's timings as they come, so that a sweep cut short still says what it measured.
+  python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(json.dumps({"run": sys.argv[2], **t["timings"]}))' \
+    "$work/llama-$tag.timings.json" "$tag" >>"$out/timings.jsonl"
 }
 
 # A first run that is not timed (the driver compiles llama.cpp's pipelines into its cache), then
@@ -147,8 +159,29 @@ for k in $(seq "$repeats"); do
     serve "$level" "$level-$k"
   done
 done
-"$decoder" capture --model "$model" --mode both --context "$context" \
-  --max-tokens "$n_predict" --out "$work/decoder"
+if [[ -z ${SKIP_COMPARE:-} ]]; then
+# $MODES (default: both) of the decoder at the same context and length.
+modes=${MODES:-both}
+dout=$work/decoder
+if [[ $modes != both ]]; then
+  mkdir -p "$dout"
+  dout=$dout/$modes.json
+fi
+"$decoder" capture --model "$model" --mode "$modes" --context "$context" \
+  --max-tokens "$n_predict" --out "$dout"
+
+# llama.cpp's ops by name (its debug markers) beside the fused preset's, compared by kind.
+export GGML_VK_DEBUG_MARKERS=1
+serve dispatch markers "$work/llama-markers.json"
+unset GGML_VK_DEBUG_MARKERS
+"$decoder" capture --model "$model" --mode fused --context "$context" --max-tokens "$n_predict" \
+  --timestamps dispatch --out "$work/fused-dispatch.json"
+"$profiler" diff "$work/fused-dispatch.json" "$work/llama-markers.json" --format markdown \
+  >"$out/diff-fused-llama.md" || true
+"$profiler" stats "$work/llama-markers.json" --format markdown >"$out/stats-llama.md" || true
+gzip -c "$work/llama-markers.json" >"$out/llama-markers.json.gz"
+gzip -c "$work/fused-dispatch.json" >"$out/fused-dispatch.json.gz"
+fi
 
 python3 - "$work" "$out" "$levels" "$model" "$context" "$n_predict" "$repeats" <<'PY'
 import json, os, statistics, sys
@@ -162,7 +195,20 @@ def summary(path, skip=2):
     med = lambda f: statistics.median(f(r) for r in use) if use else 0
     c = lambda k: (lambda r: r["counters"].get(k, 0))
     cap = t["meta"].get("capture") or {}
+    level = t["meta"]["run"].get("timestamps", "off")
+    # Decode steps whose every dispatch is timed: a span per dispatch at `dispatch`, none left
+    # untimed at the region levels.
+    if level == "dispatch":
+        full = sum(1 for r in dec if len(r.get("gpu_spans", [])) == r["counters"].get("dispatches", 0)
+                   and not r.get("gpu_untimed", 0))
+    elif level in ("submit", "command-buffer"):
+        full = sum(1 for r in dec if r.get("gpu_spans") and not r.get("gpu_untimed", 0))
+    else:
+        full = None
     return {
+        "timed_steps": full,
+        "untimed_dispatches": cap.get("untimed_dispatches", 0),
+        "spans_per_step": med(lambda r: len(r.get("gpu_spans", []))),
         "decode_steps": len(dec),
         "submits": med(lambda r: r["counters"].get("submits_compute", 0) + r["counters"].get("submits_transfer", 0)),
         "barriers": med(c("barrier_calls")),
@@ -177,8 +223,9 @@ rows = {}
 first = next((l for l in levels if os.path.exists(f"{work}/llama-{l}.json")), None)
 if first:
     rows["llama.cpp"] = summary(f"{work}/llama-{first}.json")
-rows["decoder generic"] = summary(f"{work}/decoder/generic.json")
-rows["decoder fused"] = summary(f"{work}/decoder/fused.json")
+for mode in ("generic", "fused"):
+    if os.path.exists(f"{work}/decoder/{mode}.json"):
+        rows[f"decoder {mode}"] = summary(f"{work}/decoder/{mode}.json")
 speed, spread, from_log = {}, {}, []
 for l in ["none"] + levels:
     runs = []
@@ -192,9 +239,10 @@ for l in ["none"] + levels:
     if runs:
         speed[l] = statistics.median(runs)
         spread[l] = (min(runs), max(runs))
-steps = {l: summary(f"{work}/llama-{l}.json")["decode_steps"] for l in levels
-         if os.path.exists(f"{work}/llama-{l}.json")}
-device = rows["decoder fused"]["device"]
+sums = {l: summary(f"{work}/llama-{l}.json") for l in levels
+        if os.path.exists(f"{work}/llama-{l}.json")}
+steps = {l: s["decode_steps"] for l, s in sums.items()}
+device = next((r["device"] for r in rows.values()), "")
 md = [f"# llama.cpp under the capture layer: {model}, context {context}, {n_predict} tokens, {device}", "",
       "Per decode token (median over decode steps, the first 2 skipped):", "",
       "| runtime | decode steps | submits | barriers | descriptor writes | dispatches | wall us/token |",
@@ -204,12 +252,17 @@ for name, r in rows.items():
               f"{r['descriptor_writes']:g} | {r['dispatches']:g} | {r['wall_us']:.0f} |")
 md += ["", f"llama-server tokens/s (its own timings; the median of {repeats} interleaved runs after an "
        "untimed warm-up) at each layer timestamp level:", "",
-       "| layer | tokens/s | min - max | vs no layer | decode steps found |", "|---|---|---|---|---|"]
+       "| layer | tokens/s | min - max | vs no layer | decode steps found | steps with every dispatch timed | GPU spans per step | untimed dispatches |",
+       "|---|---|---|---|---|---|---|---|"]
 base = speed.get("none")
 for l, v in speed.items():
     rel = f"{(v / base - 1) * 100:+.1f}%" if base else "-"
     lo, hi = spread[l]
-    md.append(f"| {l} | {v:.2f} | {lo:.2f} - {hi:.2f} | {rel} | {steps.get(l, '-')} |")
+    s = sums.get(l)
+    timed = "-" if not s or s["timed_steps"] is None else f"{s['timed_steps']} of {s['decode_steps']}"
+    spans = "-" if not s else f"{s['spans_per_step']:g}"
+    untimed = "-" if not s else str(s["untimed_dispatches"])
+    md.append(f"| {l} | {v:.2f} | {lo:.2f} - {hi:.2f} | {rel} | {steps.get(l, '-')} | {timed} | {spans} | {untimed} |")
 if from_log:
     md += ["", f"Tokens/s at {', '.join(from_log)} read from llama-server's log (it answered HTTP 500 "
            "after generating: the random text ended inside a UTF-8 character)."]
@@ -218,7 +271,8 @@ if first:
 open(f"{out}/capture-llama.md", "w").write("\n".join(md) + "\n")
 json.dump({"model": model, "context": int(context), "n_predict": int(n_predict),
            "repeats": int(repeats), "per_token": rows, "llama_tokens_per_s": speed,
-           "llama_tokens_per_s_range": spread, "llama_decode_steps": steps},
+           "llama_tokens_per_s_range": spread, "llama_decode_steps": steps,
+           "llama_levels": sums},
           open(f"{out}/capture-llama.json", "w"), indent=1)
 print("\n".join(md))
 PY

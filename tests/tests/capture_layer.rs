@@ -146,9 +146,20 @@ fn decode_counters_match_the_decoders_own_trace() {
 #[test]
 fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for level in ["submit", "command-buffer", "dispatch"] {
-        let (layer, own) = run_under_layer(dir.path(), level, "fused", &[], level);
-        assert_same_decode_counters(&layer, &own, level);
+    // Both presets at every level: the fused preset records once and replays one region per
+    // token, the generic preset records, submits and waits for every dispatch.
+    let runs = ["fused", "generic"]
+        .into_iter()
+        .flat_map(|m| ["submit", "command-buffer", "dispatch"].map(move |l| (m, l)));
+    for (mode, level) in runs {
+        let name = match mode {
+            "fused" => level.to_owned(),
+            _ => format!("{mode}-{level}"),
+        };
+        let (layer, own) = run_under_layer(dir.path(), &name, mode, &[], level);
+        assert_same_decode_counters(&layer, &own, &name);
+        let c = layer.meta.capture.as_ref().expect("capture");
+        assert_eq!(c.untimed_dispatches, 0, "{name}: {:?}", c.notes);
         assert_eq!(layer.meta.run.timestamps, level);
         assert!(
             [
@@ -164,12 +175,13 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
         for step in decode_steps(&layer) {
             assert!(
                 !step.gpu_spans.is_empty(),
-                "{level}: a decode step without GPU spans"
+                "{name}: a decode step without GPU spans"
             );
             assert!(step.gpu_busy_ns.is_some());
+            assert_eq!(step.gpu_untimed, 0, "{name}");
             for s in &step.gpu_spans {
                 // Spans lie inside their step and name a known op.
-                assert!(s.start_ns() >= step.start_ns, "{level}: {s:?}");
+                assert!(s.start_ns() >= step.start_ns, "{name}: {s:?}");
                 let op = &layer.ops[s.op() as usize];
                 match level {
                     "submit" => assert_eq!(op.label, "submit"),
@@ -179,13 +191,16 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
                 }
             }
         }
-        let dispatch_spans: usize = decode_steps(&layer).iter().map(|s| s.gpu_spans.len()).sum();
         if level == "dispatch" {
-            let dispatches: u64 = decode_steps(&layer)
-                .iter()
-                .map(|s| s.counters.dispatches)
-                .sum();
-            assert_eq!(dispatch_spans as u64, dispatches);
+            // A span for every dispatch of every decode step.
+            for step in decode_steps(&layer) {
+                assert_eq!(
+                    step.gpu_spans.len() as u64,
+                    step.counters.dispatches,
+                    "{name}: decode step {}",
+                    step.position
+                );
+            }
         }
     }
     // stats and diff against the decoder's own trace print their tables; the viewer's logic

@@ -3,8 +3,9 @@
 //! answering one `/completion` request of 16 tokens on a loopback port, stopped with SIGINT.
 //!
 //! The wheel's CPU backend needs AVX-512: on a CPU without `avx512f` the full test prints why
-//! it skips (`DECODESCOPE_REQUIRE_LLAMA=1` makes that a failure); `--list-devices`, which loads
-//! the layer through llama-server's loader without computing anything, runs everywhere.
+//! it skips; `--list-devices`, which loads the layer through llama-server's loader without
+//! computing anything, runs everywhere. When the server cannot be fetched both tests skip with
+//! the reason, unless `DECODESCOPE_REQUIRE_LLAMA=1` (CI sets it) makes that a failure.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -147,9 +148,11 @@ fn tail(log: &Path) -> String {
 fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
     let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     if !cpu.split_whitespace().any(|f| f == "avx512f") {
-        skip::<()>(
-            "this CPU has no AVX-512 (avx512f), and the llama-server wheel's CPU backend dies \
-             with SIGILL without it",
+        // Not a failure even with DECODESCOPE_REQUIRE_LLAMA=1: the server cannot run here at
+        // all. The test above still loads the layer through its loader on this machine.
+        eprintln!(
+            "skipped: this CPU has no AVX-512 (avx512f), and the llama-server wheel's CPU \
+             backend dies with SIGILL without it"
         );
         return;
     }

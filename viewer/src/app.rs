@@ -11,7 +11,8 @@ use eframe::egui::{self, Color32, RichText};
 
 use crate::logic::analysis::{Analysis, analyse};
 use crate::logic::files::assign_dropped;
-use crate::logic::load::{LoadError, LoadedTrace, file_name, load_trace};
+use crate::logic::load::{LoadError, LoadedTrace, file_name, load_trace_with_kinds};
+use crate::logic::ops::{OpView, OpViewChoice};
 use crate::logic::selection::Selection;
 use crate::logic::session::{LoadTicket, Session, SlotId, SlotState};
 use crate::logic::settings::{Panel, Settings};
@@ -36,6 +37,11 @@ pub struct ViewerOptions {
     pub panel: Option<Panel>,
     /// Decode token to select (its 0-based ordinal), else the first analysed one.
     pub token: Option<usize>,
+    /// The Op breakdown's view for every pair of traces (`--op-view`), else its own choice.
+    pub op_view: Option<OpView>,
+    /// Op-kind rules for a foreign program's dispatches (`--op-kinds FILE`, then the built-in
+    /// rules).
+    pub op_kinds: profiler::KindRules,
     pub auto: Option<AutoRun>,
     /// When the process started, for the load-time report.
     pub started: Option<Instant>,
@@ -51,7 +57,8 @@ enum WorkerMsg {
     },
     Analysed {
         version: u64,
-        analysis: Option<Analysis>,
+        /// Boxed: the analysis is large beside a load message.
+        analysis: Option<Box<Analysis>>,
     },
 }
 
@@ -71,8 +78,13 @@ pub enum AnalysisState {
 
 impl AnalysisState {
     pub fn ready(&self) -> Option<&Analysis> {
+        self.ready_with_version().map(|(_, a)| a)
+    }
+
+    /// The analysis and the session version it was computed for.
+    pub fn ready_with_version(&self) -> Option<(u64, &Analysis)> {
         match self {
-            AnalysisState::Ready { analysis, .. } => Some(analysis),
+            AnalysisState::Ready { version, analysis } => Some((*version, analysis)),
             _ => None,
         }
     }
@@ -110,6 +122,9 @@ pub struct ViewerApp {
     settings: Settings,
     timeline: panels::timeline::TimelineState,
     flame: panels::flamegraph::FlameState,
+    op_view: OpViewChoice,
+    /// Op-kind rules applied to every trace opened.
+    op_kinds: Arc<profiler::KindRules>,
     open_dialog: panels::open_dialog::OpenDialog,
     /// The session version the selection was last reset for.
     selection_version: u64,
@@ -151,6 +166,11 @@ impl ViewerApp {
             selection: Selection::default(),
             timeline: Default::default(),
             flame: Default::default(),
+            op_view: OpViewChoice {
+                forced: options.op_view,
+                chosen: None,
+            },
+            op_kinds: Arc::new(options.op_kinds),
             open_dialog: panels::open_dialog::OpenDialog::new(settings.open_dir.clone()),
             settings,
             selection_version: 0,
@@ -183,10 +203,11 @@ impl ViewerApp {
         let ticket = self.session.begin_load(slot, path);
         let tx = self.tx.clone();
         let ctx = self.ctx.clone();
+        let kinds = Arc::clone(&self.op_kinds);
         let spawned = std::thread::Builder::new()
             .name(format!("load {}", slot.name()))
             .spawn(move || {
-                let result = Box::new(load_trace(&ticket.path));
+                let result = Box::new(load_trace_with_kinds(&ticket.path, &kinds));
                 // The receiver is gone only when the app is closing.
                 let _ = tx.send(WorkerMsg::Loaded { ticket, result });
                 ctx.request_repaint();
@@ -218,6 +239,7 @@ impl ViewerApp {
             .name("analysis".into())
             .spawn(move || {
                 let analysis = analyse(a.as_deref(), b.as_deref());
+                let analysis = analysis.map(Box::new);
                 let _ = tx.send(WorkerMsg::Analysed { version, analysis });
                 ctx.request_repaint();
             });
@@ -240,7 +262,7 @@ impl ViewerApp {
                         self.analysis = match analysis {
                             Some(a) => AnalysisState::Ready {
                                 version,
-                                analysis: Arc::new(a),
+                                analysis: Arc::from(a),
                             },
                             None => AnalysisState::None,
                         };
@@ -397,11 +419,14 @@ impl ViewerApp {
                             .on_hover_text(t.path.display().to_string());
                         ui.weak(format!(
                             "{} · {} · {} · {} steps",
-                            m.knobs.mode,
+                            t.mode(),
                             m.model.name,
                             m.device.name,
                             t.trace.tokens.len()
                         ));
+                        if let Some(u) = t.untimed() {
+                            ui.colored_label(Color32::from_rgb(255, 190, 90), u);
+                        }
                     }
                     SlotState::Failed { path, .. } => {
                         ui.colored_label(
@@ -755,7 +780,7 @@ impl eframe::App for ViewerApp {
                 Panel::Timeline => {
                     panels::timeline::ui(ui, &self.session, &self.selection, &mut self.timeline)
                 }
-                Panel::Ops => panels::ops::ui(ui, &self.session, &self.analysis),
+                Panel::Ops => panels::ops::ui(ui, &self.session, &self.analysis, &mut self.op_view),
                 Panel::Flamegraph => {
                     panels::flamegraph::ui(ui, &self.session, &self.selection, &mut self.flame)
                 }

@@ -13,6 +13,7 @@
 //! ```text
 //! viewer [A] [B]                                   open one or two traces
 //! viewer --screenshot OUT.png [--panel NAME] A [B] render the window, save a PNG, exit
+//!        [--op-view label|kind] [--op-kinds FILE]  the Op breakdown's rows; op-kind rules
 //! viewer --bench-frames N A [B]                    report load time and timeline frame times
 //! ```
 

@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use eframe::egui;
 
+use viewer::logic::OpView;
 use viewer::{AutoRun, Panel, ViewerApp, ViewerOptions};
 
 /// Compare two decodescope captures side by side.
@@ -30,6 +31,15 @@ struct Cli {
     /// Select this decode token (0-based) instead of the first analysed one.
     #[arg(long, value_name = "N")]
     token: Option<usize>,
+    /// The Op breakdown's rows: `label` (per folded label) or `kind` (per op kind: matvec,
+    /// norm, ...). Without it the panel opens by kind when the labels of A and B do not line up
+    /// (a foreign program's capture against the decoder's), else by label.
+    #[arg(long, value_name = "VIEW", value_parser = parse_op_view)]
+    op_view: Option<OpView>,
+    /// A TOML file of op-kind rules for a foreign program's dispatch names, tried before the
+    /// built-in rules (as `profiler stats --op-kinds`; see profiler/TRACE_FORMAT.md, "Op kinds").
+    #[arg(long, value_name = "FILE")]
+    op_kinds: Option<PathBuf>,
     /// Window size for --screenshot and --bench-frames, in pixels.
     #[arg(long, value_name = "WxH", default_value = "1600x1000", value_parser = parse_size)]
     size: [f32; 2],
@@ -42,6 +52,13 @@ fn parse_panel(s: &str) -> Result<Panel, String> {
     Panel::from_name(s).ok_or_else(|| {
         let names: Vec<&str> = Panel::ALL.iter().map(|p| p.name()).collect();
         format!("unknown panel `{s}`; use one of {}", names.join(", "))
+    })
+}
+
+fn parse_op_view(s: &str) -> Result<OpView, String> {
+    OpView::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = OpView::ALL.iter().map(|v| v.name()).collect();
+        format!("unknown op view `{s}`; use one of {}", names.join(", "))
     })
 }
 
@@ -61,6 +78,8 @@ fn parse_size(s: &str) -> Result<[f32; 2], String> {
 fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let cli = Cli::parse();
+    // A bad rule file is reported before a window opens.
+    let op_kinds = profiler::KindRules::from_options(cli.op_kinds.as_deref(), true)?;
     let auto = match (&cli.screenshot, cli.bench_frames) {
         (Some(out), _) => Some(AutoRun::Screenshot { out: out.clone() }),
         (None, Some(frames)) => Some(AutoRun::Bench { frames }),
@@ -98,6 +117,8 @@ fn main() -> anyhow::Result<()> {
         paths,
         panel: cli.panel,
         token: cli.token,
+        op_view: cli.op_view,
+        op_kinds,
         auto: auto.clone(),
         started: Some(started),
     };

@@ -44,6 +44,16 @@ fn xvfb_run() -> PathBuf {
 /// Runs `viewer --screenshot OUT --panel PANEL TRACES...` under Xvfb and returns the decoded PNG
 /// and the viewer's output.
 fn screenshot(out: &Path, panel: Panel, traces: &[PathBuf]) -> (image::RgbaImage, String) {
+    screenshot_with(out, panel, &[], traces)
+}
+
+/// [`screenshot`] with more options (`--op-view kind`).
+fn screenshot_with(
+    out: &Path,
+    panel: Panel,
+    options: &[&str],
+    traces: &[PathBuf],
+) -> (image::RgbaImage, String) {
     let xvfb = xvfb_run();
     let _one_at_a_time = XVFB.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = Command::new(xvfb);
@@ -52,6 +62,7 @@ fn screenshot(out: &Path, panel: Panel, traces: &[PathBuf]) -> (image::RgbaImage
         .arg("--screenshot")
         .arg(out)
         .args(["--panel", panel.name()])
+        .args(options)
         .arg("--size")
         .arg(format!("{}x{}", SIZE[0], SIZE[1]))
         .args(traces)
@@ -123,6 +134,27 @@ fn every_panel_renders_two_real_captures() {
             "{panel:?}: an error banner is shown for good traces\n{text}"
         );
         assert!(text.contains("wrote"), "{text}");
+    }
+}
+
+#[test]
+fn the_op_breakdown_renders_by_label_and_by_kind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = [data("generic.json"), data("fused.json")];
+    for view in ["label", "kind"] {
+        let out = dir.path().join(format!("ops-{view}.png"));
+        let (img, text) = screenshot_with(&out, Panel::Ops, &["--op-view", view], &traces);
+        assert_eq!(img.dimensions(), (SIZE[0], SIZE[1]));
+        let colours = distinct_colours(&img);
+        assert!(
+            colours > 50,
+            "{view}: only {colours} distinct colours\n{text}"
+        );
+        // Both sides' bars are drawn.
+        for c in [viewer::theme::A_COLOR, viewer::theme::B_COLOR] {
+            let n = pixels_of(&img, c);
+            assert!(n > 200, "{view}: {n} pixels of {c:?}");
+        }
     }
 }
 

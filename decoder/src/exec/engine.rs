@@ -1457,6 +1457,7 @@ impl Engine {
             counters,
             host_spans: log.spans,
             gpu_spans,
+            gpu_untimed: 0,
         });
     }
 

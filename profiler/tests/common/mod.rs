@@ -120,3 +120,60 @@ pub fn run_profiler(args: &[&str]) -> std::process::Output {
         .output()
         .expect("run profiler")
 }
+
+/// A llama.cpp-like capture of a foreign program, as `profiler record` writes it without op-kind
+/// rules: `meta.capture` present, knobs and model unknown, every dispatch of kind `dispatch` and
+/// named like a ggml-vulkan pipeline (one name per kind, shared by every layer). Its timings are
+/// those of the synthetic primitive preset (`seed`); `untimed` dispatches of every decode step
+/// have no GPU span.
+pub fn llama_like(seed: u64, untimed: u64) -> Trace {
+    let mut t = profiler::synthetic_trace(&SynthOptions {
+        seed,
+        ..fixture_options("generic")
+    });
+    t.meta.capture = Some(profiler::CaptureMeta {
+        program: "llama-server".into(),
+        untimed_dispatches: untimed * 9,
+        ..Default::default()
+    });
+    let u = || profiler::UNKNOWN.to_owned();
+    t.meta.knobs = profiler::Knobs {
+        mode: u(),
+        submit: u(),
+        sync: u(),
+        descriptors: u(),
+        barriers: u(),
+        kernels: u(),
+        recording: u(),
+    };
+    t.meta.model.name = u();
+    t.meta.model.architecture = u();
+    for op in &mut t.ops {
+        let name = match op.kind.as_str() {
+            "matvec" => "mul_mat_vec_q4_k_f32_f32_1",
+            "norm" => "rms_norm_mul_f32",
+            "rope" => "rope_neox_f32",
+            "attention" => "flash_attn_f32_f16_D64_cm2",
+            "kv" => "set_rows_f16_i64",
+            "elementwise" => "add_f32_f32_f32_norepeat",
+            "embed" => "get_rows_f16",
+            "copy" => "cpy_f32_f16",
+            "argmax" => "argmax_f32",
+            _ => continue,
+        };
+        // The layer knows no byte or flop facts.
+        *op = profiler::OpInfo {
+            label: name.to_owned(),
+            kind: "dispatch".to_owned(),
+            ..Default::default()
+        };
+    }
+    for r in t
+        .tokens
+        .iter_mut()
+        .filter(|r| r.phase == profiler::Phase::Decode)
+    {
+        r.gpu_untimed = untimed;
+    }
+    t
+}

@@ -8,8 +8,8 @@ pub fn root() -> PathBuf {
 }
 
 /// A workspace binary or the capture layer's library, next to this test's own executable. The
-/// decoder, the profiler and the layer are built once per test run, so a stale one is never
-/// tested.
+/// decoder, the profiler, the layer and `wgpu-step` (the capture layer's second Vulkan program)
+/// are built once per test run, so a stale one is never tested.
 pub fn built(name: &str) -> PathBuf {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     BUILT.get_or_init(|| {
@@ -24,13 +24,15 @@ pub fn built(name: &str) -> PathBuf {
                 "profiler",
                 "-p",
                 "decodescope-layer",
+                "-p",
+                "wgpu-step",
             ])
             .current_dir(root())
             .status()
             .expect("run cargo build");
         assert!(
             status.success(),
-            "building the decoder, the profiler and the layer failed"
+            "building the decoder, the profiler, the layer and wgpu-step failed"
         );
     });
     let exe = std::env::current_exe().expect("test executable path");

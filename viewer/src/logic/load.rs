@@ -1,10 +1,11 @@
 //! Reading a trace for the viewer: `profiler::read_trace` plus the per-token series the plots
-//! draw, computed once.
+//! draw, computed once. A foreign program's dispatches get their op kinds here, by the same
+//! rules `profiler stats` and `diff` apply (`profiler::KindRules`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use profiler::{Phase, Trace, TraceError};
+use profiler::{KindRules, Phase, Trace, TraceError};
 
 use crate::logic::series::TraceSeries;
 
@@ -47,9 +48,27 @@ impl LoadedTrace {
         file_name(&self.path)
     }
 
-    /// `generic`, `fused`, ... (the knobs' preset), for legends.
+    /// `generic`, `fused`, ... (the knobs' preset), for legends; a foreign program's capture
+    /// (`profiler record`) is named by its program (`llama-server`) instead of `unknown`.
     pub fn mode(&self) -> &str {
-        &self.trace.meta.knobs.mode
+        match &self.trace.meta.capture {
+            Some(c) if !c.program.is_empty() => {
+                c.program.rsplit('/').next().unwrap_or(c.program.as_str())
+            }
+            _ => &self.trace.meta.knobs.mode,
+        }
+    }
+
+    /// For a foreign program's capture: a sentence on the dispatches it has no GPU span for
+    /// (`meta.capture.untimed_dispatches`), `None` when every dispatch is timed.
+    pub fn untimed(&self) -> Option<String> {
+        let c = self.trace.meta.capture.as_ref()?;
+        (c.untimed_dispatches > 0).then(|| {
+            format!(
+                "{} dispatch(es) without a GPU span: GPU time covers the rest",
+                c.untimed_dispatches
+            )
+        })
     }
 }
 
@@ -61,10 +80,17 @@ pub fn file_name(path: &Path) -> String {
     )
 }
 
-/// Reads, checks and prepares the trace at `path`.
+/// Reads, checks and prepares the trace at `path`, a foreign program's dispatches classified by
+/// the built-in op-kind rules.
 pub fn load_trace(path: &Path) -> Result<LoadedTrace, LoadError> {
+    load_trace_with_kinds(path, &KindRules::builtin())
+}
+
+/// [`load_trace`] with the op-kind rules `kinds` (the viewer's `--op-kinds FILE`).
+pub fn load_trace_with_kinds(path: &Path, kinds: &KindRules) -> Result<LoadedTrace, LoadError> {
     let started = Instant::now();
-    let trace = profiler::read_trace(path)?;
+    let mut trace = profiler::read_trace(path)?;
+    kinds.classify_foreign(&mut trace);
     let mut loaded = LoadedTrace::new(path.to_path_buf(), trace, Duration::ZERO);
     loaded.load_time = started.elapsed();
     Ok(loaded)
@@ -117,5 +143,19 @@ mod tests {
         assert_eq!(l.series.len(), t.tokens.len());
         assert_eq!(l.file_name(), "s.json");
         assert_eq!(l.mode(), t.meta.knobs.mode);
+        assert_eq!(l.untimed(), None);
+
+        // A foreign program's capture is named by its program and says what is untimed.
+        let mut f = t.clone();
+        f.meta.capture = Some(profiler::CaptureMeta {
+            program: "/opt/llama/llama-server".into(),
+            untimed_dispatches: 3,
+            ..profiler::CaptureMeta::default()
+        });
+        let fp = dir.path().join("f.json");
+        profiler::write_trace(&fp, &f).expect("write");
+        let l = load_trace(&fp).expect("load");
+        assert_eq!(l.mode(), "llama-server");
+        assert!(l.untimed().is_some_and(|u| u.starts_with("3 dispatch")));
     }
 }

@@ -29,8 +29,11 @@ pub use files::{DirEntryInfo, assign_dropped, list_dir};
 pub use flame::{FlameError, FlatScope, build_frame, flatten_host_spans};
 pub use hit::{Geometry, Hit, Placement, RowPlacement, hit_test, place_rows};
 pub use lanes::{Lane, LaneKind, LaneRow, SpanBox, SpanSource, TokenLayout, layout_token};
-pub use load::{LoadError, LoadedTrace, load_trace};
-pub use ops::{OpPair, OpSide, op_pairs_of_diff, op_pairs_of_stats};
+pub use load::{LoadError, LoadedTrace, load_trace, load_trace_with_kinds};
+pub use ops::{
+    OpPair, OpSide, OpView, OpViewChoice, kind_pairs_of_diff, kind_pairs_of_stats,
+    op_pairs_of_diff, op_pairs_of_stats,
+};
 pub use selection::{Selection, row_at_x};
 pub use series::{Metric, TraceSeries, gpu_busy_ns};
 pub use session::{LoadTicket, Session, SlotId, SlotState};

@@ -1,7 +1,70 @@
-//! The Op breakdown panel's rows: per (folded) label, A against B, from the profiler's per-op
-//! table (`OpRow`: median GPU us per token, achieved GB/s, share of the device bandwidth).
+//! The Op breakdown panel's rows: per (folded) label or per op kind, A against B, from the
+//! profiler's per-op and per-kind tables (`OpRow`: median GPU us per token, achieved GB/s, share
+//! of the device bandwidth).
 
-use profiler::{Change, Diff, OpRow, TraceStats};
+use profiler::{Change, Diff, OpDiff, OpRow, TraceStats};
+
+/// What the rows of the Op breakdown stand for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OpView {
+    /// One row per (folded) label.
+    #[default]
+    Label,
+    /// One row per op kind (`matvec`, `norm`, ...), every dispatch of the kind summed.
+    Kind,
+}
+
+impl OpView {
+    pub const ALL: [OpView; 2] = [OpView::Label, OpView::Kind];
+
+    /// The name used by `--op-view`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpView::Label => "label",
+            OpView::Kind => "kind",
+        }
+    }
+
+    /// Parses an `--op-view` name.
+    pub fn from_name(name: &str) -> Option<OpView> {
+        OpView::ALL.into_iter().find(|v| v.name() == name)
+    }
+
+    /// The view the panel opens on: by kind when two traces are open and their labels do not
+    /// line up (`profiler::Diff::labels_line_up`, the criterion of `profiler diff`), by label
+    /// otherwise.
+    pub fn initial(two_open: bool, labels_line_up: bool) -> OpView {
+        if two_open && !labels_line_up {
+            OpView::Kind
+        } else {
+            OpView::Label
+        }
+    }
+}
+
+/// The Op breakdown's view as the user left it: `forced` from the command line (`--op-view`)
+/// for any traces, `chosen` by a click for the traces open at the time (the session version).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpViewChoice {
+    pub forced: Option<OpView>,
+    pub chosen: Option<(u64, OpView)>,
+}
+
+impl OpViewChoice {
+    /// The view to show for the analysis of session `version`, whose own choice is `initial`
+    /// ([`OpView::initial`]).
+    pub fn shown(&self, version: u64, initial: OpView) -> OpView {
+        match self.chosen {
+            Some((v, view)) if v == version => view,
+            _ => self.forced.unwrap_or(initial),
+        }
+    }
+
+    /// The user picked `view` while session `version` was shown.
+    pub fn choose(&mut self, version: u64, view: OpView) {
+        self.chosen = Some((version, view));
+    }
+}
 
 /// One side of an op row.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -59,11 +122,9 @@ fn sorted(mut v: Vec<OpPair>) -> Vec<OpPair> {
     v
 }
 
-/// Dispatch labels of a diff, A against B.
-pub fn op_pairs_of_diff(d: &Diff) -> Vec<OpPair> {
+fn pairs_of_diff(rows: &[OpDiff]) -> Vec<OpPair> {
     sorted(
-        d.ops
-            .iter()
+        rows.iter()
             .map(|o| OpPair {
                 label: o.label.clone(),
                 kind: o.kind.clone(),
@@ -75,11 +136,29 @@ pub fn op_pairs_of_diff(d: &Diff) -> Vec<OpPair> {
     )
 }
 
+/// Dispatch labels of a diff, A against B.
+pub fn op_pairs_of_diff(d: &Diff) -> Vec<OpPair> {
+    pairs_of_diff(&d.ops)
+}
+
+/// Op kinds of a diff, A against B (`label` and `kind` are the kind).
+pub fn kind_pairs_of_diff(d: &Diff) -> Vec<OpPair> {
+    pairs_of_diff(&d.kinds)
+}
+
 /// Dispatch labels of one trace; `side_b` puts them on B's side (when only B is open).
 pub fn op_pairs_of_stats(s: &TraceStats, side_b: bool) -> Vec<OpPair> {
+    pairs_of_stats(&s.ops, side_b)
+}
+
+/// Op kinds of one trace; `side_b` puts them on B's side.
+pub fn kind_pairs_of_stats(s: &TraceStats, side_b: bool) -> Vec<OpPair> {
+    pairs_of_stats(&s.kinds, side_b)
+}
+
+fn pairs_of_stats(rows: &[OpRow], side_b: bool) -> Vec<OpPair> {
     sorted(
-        s.ops
-            .iter()
+        rows.iter()
             .map(|r| {
                 let side = Some(OpSide::from(r));
                 OpPair {
@@ -135,5 +214,34 @@ mod tests {
         let only_b = op_pairs_of_stats(&st, true);
         assert_eq!(only_b.len(), st.ops.len());
         assert!(only_b.iter().all(|p| p.a.is_none() && p.b.is_some()));
+        let kinds_b = kind_pairs_of_stats(&st, true);
+        assert_eq!(kinds_b.len(), st.kinds.len());
+        assert!(kinds_b.iter().all(|p| p.label == p.kind && p.a.is_none()));
+    }
+
+    #[test]
+    fn the_view_opens_by_kind_only_for_two_traces_whose_labels_differ() {
+        assert_eq!(OpView::initial(true, false), OpView::Kind);
+        assert_eq!(OpView::initial(true, true), OpView::Label);
+        assert_eq!(OpView::initial(false, false), OpView::Label);
+        for v in OpView::ALL {
+            assert_eq!(OpView::from_name(v.name()), Some(v));
+        }
+        assert_eq!(OpView::from_name("labels"), None);
+    }
+
+    #[test]
+    fn a_choice_holds_for_its_traces_and_the_command_line_for_all() {
+        let mut c = OpViewChoice::default();
+        assert_eq!(c.shown(1, OpView::Kind), OpView::Kind);
+        c.choose(1, OpView::Label);
+        assert_eq!(c.shown(1, OpView::Kind), OpView::Label);
+        // Other traces open on their own initial view again.
+        assert_eq!(c.shown(2, OpView::Kind), OpView::Kind);
+        let forced = OpViewChoice {
+            forced: Some(OpView::Kind),
+            chosen: None,
+        };
+        assert_eq!(forced.shown(5, OpView::Label), OpView::Kind);
     }
 }

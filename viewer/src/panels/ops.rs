@@ -1,21 +1,23 @@
-//! Op breakdown: GPU time per token per (folded) label, A against B as paired bars (in the unit
-//! that suits the slowest label), with how much faster B is, the achieved GB/s and the share of
-//! the device bandwidth (or of the GPU time when the trace records no bandwidth). The numbers are
-//! the profiler's per-op table over the analysed decode tokens.
+//! Op breakdown: GPU time per token per (folded) label or per op kind, A against B as paired
+//! bars (in the unit that suits the slowest row), with how much faster B is, the achieved GB/s
+//! and the share of the device bandwidth (or of the GPU time when the trace records no
+//! bandwidth). The numbers are the profiler's per-op and per-kind tables over the analysed decode
+//! tokens. Two traces whose labels do not line up (a foreign program against the decoder) open
+//! by kind.
 
 use eframe::egui::{self, RichText};
 use egui_plot::{Bar, BarChart, Legend, Plot};
 
 use crate::app::AnalysisState;
 use crate::logic::format::{TimeUnit, fmt_bytes, fmt_pct, fmt_speedup, fmt_us, fmt_value};
-use crate::logic::ops::{OpPair, OpSide};
+use crate::logic::ops::{OpPair, OpSide, OpView, OpViewChoice};
 use crate::logic::session::{Session, SlotId};
 use crate::logic::summary::{SummaryRow, SummaryTable, Tone, tone_of};
 use crate::panels::table;
 use crate::theme;
 
-pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
-    let Some(a) = state.ready() else {
+pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState, choice: &mut OpViewChoice) {
+    let Some((version, a)) = state.ready_with_version() else {
         ui.label("computing the per-op table…");
         return;
     };
@@ -36,6 +38,32 @@ pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
         })
         .collect();
     let bandwidth_known = a.bandwidth_gbps.iter().any(Option::is_some);
+    let mut view = choice.shown(version, a.op_view);
+    ui.horizontal(|ui| {
+        ui.label("Rows:");
+        for v in OpView::ALL {
+            let text = match v {
+                OpView::Label => "by label",
+                OpView::Kind => "by kind",
+            };
+            if ui.selectable_label(view == v, text).clicked() && view != v {
+                view = v;
+                choice.choose(version, v);
+            }
+        }
+        if let Some(o) = a.label_overlap.as_ref().filter(|o| !o.lines_up()) {
+            ui.weak(format!(
+                "· the labels of A and B do not line up ({} of A's and {} of B's GPU time is in \
+                 labels both have): compare them by kind",
+                fmt_pct(o.a_shared),
+                fmt_pct(o.b_shared)
+            ));
+        }
+    });
+    let rows = match view {
+        OpView::Label => &a.ops,
+        OpView::Kind => &a.kinds,
+    };
     ui.horizontal(|ui| {
         ui.label(
             RichText::new(format!("■ {}", names[0]))
@@ -48,9 +76,13 @@ pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
                 .strong(),
         );
         ui.weak(format!(
-            "· median GPU time per decode token (first {} / {} tokens skipped) · labels with layer \
-             numbers folded into *",
-            a.skip[0], a.skip[1]
+            "· median GPU time per decode token (first {} / {} tokens skipped) · {}",
+            a.skip[0],
+            a.skip[1],
+            match view {
+                OpView::Label => "labels with layer numbers folded into *",
+                OpView::Kind => "every dispatch of a kind summed",
+            }
         ));
         if !bandwidth_known {
             ui.weak("· the traces record no device bandwidth: shares are of GPU time");
@@ -59,7 +91,7 @@ pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
     let avail = ui.available_size();
     let chart_w = (avail.x * 0.38).max(300.0);
     ui.horizontal_top(|ui| {
-        chart(ui, &a.ops, &names, [chart_w, avail.y - 8.0]);
+        chart(ui, rows, &names, [chart_w, avail.y - 8.0]);
         ui.separator();
         egui::ScrollArea::both()
             .id_salt("ops_table")
@@ -69,7 +101,7 @@ pub fn ui(ui: &mut egui::Ui, session: &Session, state: &AnalysisState) {
                     table::show(
                         ui,
                         "ops_pairs",
-                        &pairs_table(&a.ops, bandwidth_known, a.bandwidth_gbps),
+                        &pairs_table(rows, view, bandwidth_known, a.bandwidth_gbps),
                     );
                 });
             });
@@ -150,15 +182,24 @@ fn share(s: &OpSide, bandwidth_known: bool) -> String {
     }
 }
 
-fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> SummaryTable {
+fn pairs_table(
+    ops: &[OpPair],
+    view: OpView,
+    bandwidth_known: bool,
+    bw: [Option<f64>; 2],
+) -> SummaryTable {
     let share_name = if bandwidth_known {
         "of bandwidth"
     } else {
         "of GPU time"
     };
-    let cols: Vec<(String, bool)> = vec![
-        ("label".into(), false),
-        ("kind".into(), false),
+    // A kind row's label is its kind: one column says it.
+    let by_kind = view == OpView::Kind;
+    let mut cols: Vec<(String, bool)> = vec![("label".into(), false), ("kind".into(), false)];
+    if by_kind {
+        cols.remove(0);
+    }
+    cols.extend([
         ("A time".into(), true),
         ("B time".into(), true),
         ("B vs A".into(), true),
@@ -168,9 +209,17 @@ fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> S
         (format!("B {share_name}"), true),
         ("A bytes".into(), true),
         ("B bytes".into(), true),
-    ];
+    ]);
     let opt =
         |s: Option<OpSide>, f: &dyn Fn(&OpSide) -> String| s.as_ref().map_or("-".to_owned(), f);
+    // A foreign program's capture knows no bytes.
+    let bytes = |s: &OpSide| {
+        if s.bytes_per_token > 0.0 {
+            fmt_bytes(s.bytes_per_token)
+        } else {
+            "-".to_owned()
+        }
+    };
     let rows = ops
         .iter()
         .map(|p| {
@@ -179,20 +228,23 @@ fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> S
                 p.b.map(|s| s.gpu_us),
                 profiler::Better::Lower,
             );
+            let mut cells = vec![p.label.clone(), p.kind.clone()];
+            if by_kind {
+                cells.remove(0);
+            }
+            cells.extend([
+                opt(p.a, &|s| fmt_us(s.gpu_us)),
+                opt(p.b, &|s| fmt_us(s.gpu_us)),
+                speedup,
+                opt(p.a, &|s| s.achieved_gbps.map_or("-".into(), fmt_value)),
+                opt(p.b, &|s| s.achieved_gbps.map_or("-".into(), fmt_value)),
+                opt(p.a, &|s| share(s, bandwidth_known)),
+                opt(p.b, &|s| share(s, bandwidth_known)),
+                opt(p.a, &bytes),
+                opt(p.b, &bytes),
+            ]);
             SummaryRow {
-                cells: vec![
-                    p.label.clone(),
-                    p.kind.clone(),
-                    opt(p.a, &|s| fmt_us(s.gpu_us)),
-                    opt(p.b, &|s| fmt_us(s.gpu_us)),
-                    speedup,
-                    opt(p.a, &|s| s.achieved_gbps.map_or("-".into(), fmt_value)),
-                    opt(p.b, &|s| s.achieved_gbps.map_or("-".into(), fmt_value)),
-                    opt(p.a, &|s| share(s, bandwidth_known)),
-                    opt(p.b, &|s| share(s, bandwidth_known)),
-                    opt(p.a, &|s| fmt_bytes(s.bytes_per_token)),
-                    opt(p.b, &|s| fmt_bytes(s.bytes_per_token)),
-                ],
+                cells,
                 tone: if p.a.is_some() && p.b.is_some() {
                     tone_of(p.change)
                 } else {
@@ -208,13 +260,15 @@ fn pairs_table(ops: &[OpPair], bandwidth_known: bool, bw: [Option<f64>; 2]) -> S
     let bw_text = |b: Option<f64>| b.map_or("not recorded".to_owned(), |g| format!("{g:.0} GB/s"));
     SummaryTable {
         title: format!(
-            "per label, decode tokens (device bandwidth: A {}, B {})",
+            "per {}, decode tokens (device bandwidth: A {}, B {})",
+            view.name(),
             bw_text(bw[0]),
             bw_text(bw[1])
         ),
         columns: cols.iter().map(|c| c.0.clone()).collect(),
         right: cols.iter().map(|c| c.1).collect(),
-        toned: vec![4],
+        // The "B vs A" column.
+        toned: vec![if by_kind { 3 } else { 4 }],
         rows,
     }
 }
@@ -252,11 +306,31 @@ mod tests {
                 change: profiler::Change::Unavailable,
             },
         ];
-        let t = pairs_table(&ops, false, [None, None]);
+        let t = pairs_table(&ops, OpView::Label, false, [None, None]);
         assert_eq!(t.columns[2..5], ["A time", "B time", "B vs A"]);
         assert_eq!(t.rows[0].cells[2..5], ["1.50 ms", "500 µs", "3.00x better"]);
         assert_eq!(t.rows[0].tone, Tone::Better);
         assert_eq!(t.rows[1].cells[2..5], ["8 µs", "-", "-"]);
         assert_eq!(t.toned, [4]);
+    }
+
+    #[test]
+    fn the_kind_table_has_one_name_column() {
+        let ops = vec![OpPair {
+            label: "matvec".into(),
+            kind: "matvec".into(),
+            a: Some(side(2_000.0)),
+            b: Some(side(1_000.0)),
+            change: profiler::Change::Decrease,
+        }];
+        let t = pairs_table(&ops, OpView::Kind, false, [None, None]);
+        assert_eq!(t.columns[..4], ["kind", "A time", "B time", "B vs A"]);
+        assert_eq!(
+            t.rows[0].cells[..4],
+            ["matvec", "2 ms", "1 ms", "2.00x better"]
+        );
+        assert_eq!(t.toned, [3]);
+        assert!(t.title.starts_with("per kind"));
+        assert_eq!(t.columns.len(), t.rows[0].cells.len());
     }
 }

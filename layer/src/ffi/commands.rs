@@ -1,0 +1,563 @@
+//! Command pools and command buffers, and the commands recorded into them.
+//!
+//! A command buffer's stamps are read before its recording goes (begin, reset, free, a pool
+//! reset or destruction): the program may only do that once the command buffer's last
+//! submission is complete, so its results are available whether or not the layer saw the wait.
+
+use std::ffi::{CStr, c_void};
+
+use ash::vk::{self, Handle};
+
+use super::{DeviceData, Inner, dev, now_ns, slice};
+use crate::state::{Cmd, Level, Stamp};
+
+impl DeviceData {
+    /// Reads what `cmd`'s last submission left unread.
+    unsafe fn read_unread(&self, g: &mut Inner, cmd: u64) {
+        if let Some(job) = g.state.unread_of(cmd) {
+            self.read_jobs(g, vec![job]);
+        }
+    }
+}
+
+pub(super) unsafe extern "system" fn create_command_pool(
+    device: vk::Device,
+    info: *const vk::CommandPoolCreateInfo<'_>,
+    alloc: *const vk::AllocationCallbacks<'_>,
+    out: *mut vk::CommandPool,
+) -> vk::Result {
+    let Some(d) = dev(device) else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let Some(f) = d.next.create_command_pool else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let r = f(device, info, alloc, out);
+    if r == vk::Result::SUCCESS {
+        d.lock()
+            .state
+            .add_pool((*out).as_raw(), (*info).queue_family_index);
+    }
+    r
+}
+
+pub(super) unsafe extern "system" fn destroy_command_pool(
+    device: vk::Device,
+    pool: vk::CommandPool,
+    alloc: *const vk::AllocationCallbacks<'_>,
+) {
+    let Some(d) = dev(device) else { return };
+    let Some(f) = d.next.destroy_command_pool else {
+        return;
+    };
+    {
+        let mut g = d.lock();
+        for c in g.state.cmds_of_pool(pool.as_raw()) {
+            d.read_unread(&mut g, c);
+            g.state.free_cmd(c);
+        }
+        g.state.forget_pool(pool.as_raw());
+    }
+    f(device, pool, alloc);
+}
+
+pub(super) unsafe extern "system" fn reset_command_pool(
+    device: vk::Device,
+    pool: vk::CommandPool,
+    flags: vk::CommandPoolResetFlags,
+) -> vk::Result {
+    let Some(d) = dev(device) else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let Some(f) = d.next.reset_command_pool else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    {
+        let mut g = d.lock();
+        for c in g.state.cmds_of_pool(pool.as_raw()) {
+            d.read_unread(&mut g, c);
+            g.state.reset_cmd(c);
+        }
+    }
+    f(device, pool, flags)
+}
+
+pub(super) unsafe extern "system" fn allocate_command_buffers(
+    device: vk::Device,
+    info: *const vk::CommandBufferAllocateInfo<'_>,
+    out: *mut vk::CommandBuffer,
+) -> vk::Result {
+    let Some(d) = dev(device) else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let Some(f) = d.next.allocate_command_buffers else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let r = f(device, info, out);
+    if r == vk::Result::SUCCESS {
+        let i = &*info;
+        let mut g = d.lock();
+        for cb in slice(out, i.command_buffer_count) {
+            g.state.allocate_cmd(
+                cb.as_raw(),
+                i.command_pool.as_raw(),
+                i.level == vk::CommandBufferLevel::SECONDARY,
+            );
+        }
+    }
+    r
+}
+
+pub(super) unsafe extern "system" fn free_command_buffers(
+    device: vk::Device,
+    pool: vk::CommandPool,
+    count: u32,
+    cbs: *const vk::CommandBuffer,
+) {
+    let Some(d) = dev(device) else { return };
+    let Some(f) = d.next.free_command_buffers else {
+        return;
+    };
+    {
+        let mut g = d.lock();
+        for cb in slice(cbs, count) {
+            d.read_unread(&mut g, cb.as_raw());
+            g.state.free_cmd(cb.as_raw());
+        }
+    }
+    f(device, pool, count, cbs);
+}
+
+pub(super) unsafe extern "system" fn begin_command_buffer(
+    cb: vk::CommandBuffer,
+    info: *const vk::CommandBufferBeginInfo<'_>,
+) -> vk::Result {
+    let Some(d) = dev(cb) else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let Some(f) = d.next.begin_command_buffer else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let t0 = now_ns();
+    let r = f(cb, info);
+    if r == vk::Result::SUCCESS {
+        let k = cb.as_raw();
+        let mut g = d.lock();
+        d.read_unread(&mut g, k);
+        g.state.begin_cmd(k, t0);
+        if g.state.level == Level::CommandBuffer
+            && g.state.can_time(k)
+            && let Some(slot) = d.take_slot(&mut g)
+        {
+            d.reset(&g, cb, slot, 1);
+            d.stamp_start(&g, cb, slot);
+            let op = g.state.region_op("command buffer");
+            d.announce(&mut g);
+            g.state.add_stamp(
+                k,
+                Stamp {
+                    slot,
+                    op,
+                    covers: 0,
+                },
+                false,
+            );
+        }
+    }
+    r
+}
+
+pub(super) unsafe extern "system" fn end_command_buffer(cb: vk::CommandBuffer) -> vk::Result {
+    let Some(d) = dev(cb) else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let Some(f) = d.next.end_command_buffer else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    {
+        let k = cb.as_raw();
+        let mut g = d.lock();
+        if g.state.level == Level::CommandBuffer
+            && let Some(slot) = g.state.command_buffer_stamp(k)
+        {
+            d.stamp_end(&g, cb, slot);
+        }
+        g.state.end_cmd(k, now_ns());
+    }
+    f(cb)
+}
+
+pub(super) unsafe extern "system" fn reset_command_buffer(
+    cb: vk::CommandBuffer,
+    flags: vk::CommandBufferResetFlags,
+) -> vk::Result {
+    let Some(d) = dev(cb) else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    let Some(f) = d.next.reset_command_buffer else {
+        return vk::Result::ERROR_INITIALIZATION_FAILED;
+    };
+    {
+        let mut g = d.lock();
+        d.read_unread(&mut g, cb.as_raw());
+        g.state.reset_cmd(cb.as_raw());
+    }
+    f(cb, flags)
+}
+
+// ---- recorded commands ------------------------------------------------------------------------
+
+/// Counts `what` in `cb` and passes the command down with `call`.
+unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
+    let Some(d) = dev(cb) else { return };
+    d.lock().state.record(cb.as_raw(), what);
+    call(&d.next);
+}
+
+/// A dispatch: counted, and timed at the dispatch level (the end timestamp is written after the
+/// dispatch without taking the lock again: the pool's handle does not change).
+unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
+    let Some(d) = dev(cb) else { return };
+    let k = cb.as_raw();
+    let end = {
+        let mut g = d.lock();
+        g.state.record(k, Cmd::Dispatch);
+        if g.state.level == Level::Dispatch && g.state.can_time(k) {
+            let mut s = g.state.dispatch_slot(k);
+            if s.is_none() && d.add_pool(&mut g) {
+                s = g.state.dispatch_slot(k);
+            }
+            match s {
+                Some(s) => {
+                    let op = g.state.dispatch_op_of(k);
+                    d.announce(&mut g);
+                    g.state.add_stamp(
+                        k,
+                        Stamp {
+                            slot: s.slot,
+                            op,
+                            covers: 1,
+                        },
+                        true,
+                    );
+                    if let Some(first) = s.reset {
+                        d.reset(&g, cb, first, crate::state::BLOCK_PAIRS);
+                    }
+                    d.stamp_start(&g, cb, s.slot);
+                    DeviceData::query(&g, s.slot)
+                }
+                None => None,
+            }
+        } else {
+            None
+        }
+    };
+    call(&d.next);
+    if let (Some((pool, q)), Some(ts)) = (end, d.next.cmd_write_timestamp) {
+        ts(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, q + 1);
+    }
+}
+
+pub(super) unsafe extern "system" fn cmd_bind_pipeline(
+    cb: vk::CommandBuffer,
+    bind_point: vk::PipelineBindPoint,
+    pipeline: vk::Pipeline,
+) {
+    let Some(d) = dev(cb) else { return };
+    d.lock().state.bind_pipeline(cb.as_raw(), pipeline.as_raw());
+    if let Some(f) = d.next.cmd_bind_pipeline {
+        f(cb, bind_point, pipeline);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe extern "system" fn cmd_bind_descriptor_sets(
+    cb: vk::CommandBuffer,
+    bind_point: vk::PipelineBindPoint,
+    layout: vk::PipelineLayout,
+    first: u32,
+    count: u32,
+    sets: *const vk::DescriptorSet,
+    dyn_count: u32,
+    dyn_offsets: *const u32,
+) {
+    recorded(cb, Cmd::BindSets, |n| {
+        if let Some(f) = n.cmd_bind_descriptor_sets {
+            f(
+                cb,
+                bind_point,
+                layout,
+                first,
+                count,
+                sets,
+                dyn_count,
+                dyn_offsets,
+            );
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_push_constants(
+    cb: vk::CommandBuffer,
+    layout: vk::PipelineLayout,
+    stages: vk::ShaderStageFlags,
+    offset: u32,
+    size: u32,
+    values: *const c_void,
+) {
+    recorded(cb, Cmd::PushConstants, |n| {
+        if let Some(f) = n.cmd_push_constants {
+            f(cb, layout, stages, offset, size, values);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_push_descriptor_set_khr(
+    cb: vk::CommandBuffer,
+    bind_point: vk::PipelineBindPoint,
+    layout: vk::PipelineLayout,
+    set: u32,
+    count: u32,
+    writes: *const vk::WriteDescriptorSet<'_>,
+) {
+    let Some(d) = dev(cb) else { return };
+    // Counted when recorded, as the decoder's recorder counts a push.
+    d.lock().state.descriptor_writes(count as u64);
+    if let Some(f) = d.next.cmd_push_descriptor_set_khr {
+        f(cb, bind_point, layout, set, count, writes);
+    }
+}
+
+pub(super) unsafe extern "system" fn cmd_dispatch(cb: vk::CommandBuffer, x: u32, y: u32, z: u32) {
+    dispatched(cb, |n| {
+        if let Some(f) = n.cmd_dispatch {
+            f(cb, x, y, z);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_dispatch_base(
+    cb: vk::CommandBuffer,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    x: u32,
+    y: u32,
+    z: u32,
+) {
+    dispatched(cb, |n| {
+        if let Some(f) = n.cmd_dispatch_base {
+            f(cb, bx, by, bz, x, y, z);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_dispatch_indirect(
+    cb: vk::CommandBuffer,
+    buffer: vk::Buffer,
+    offset: vk::DeviceSize,
+) {
+    dispatched(cb, |n| {
+        if let Some(f) = n.cmd_dispatch_indirect {
+            f(cb, buffer, offset);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_copy_buffer(
+    cb: vk::CommandBuffer,
+    src: vk::Buffer,
+    dst: vk::Buffer,
+    count: u32,
+    regions: *const vk::BufferCopy,
+) {
+    recorded(cb, Cmd::Transfer, |n| {
+        if let Some(f) = n.cmd_copy_buffer {
+            f(cb, src, dst, count, regions);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_copy_image(
+    cb: vk::CommandBuffer,
+    src: vk::Image,
+    src_layout: vk::ImageLayout,
+    dst: vk::Image,
+    dst_layout: vk::ImageLayout,
+    count: u32,
+    regions: *const vk::ImageCopy,
+) {
+    recorded(cb, Cmd::Transfer, |n| {
+        if let Some(f) = n.cmd_copy_image {
+            f(cb, src, src_layout, dst, dst_layout, count, regions);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_copy_buffer_to_image(
+    cb: vk::CommandBuffer,
+    src: vk::Buffer,
+    dst: vk::Image,
+    layout: vk::ImageLayout,
+    count: u32,
+    regions: *const vk::BufferImageCopy,
+) {
+    recorded(cb, Cmd::Transfer, |n| {
+        if let Some(f) = n.cmd_copy_buffer_to_image {
+            f(cb, src, dst, layout, count, regions);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_copy_image_to_buffer(
+    cb: vk::CommandBuffer,
+    src: vk::Image,
+    layout: vk::ImageLayout,
+    dst: vk::Buffer,
+    count: u32,
+    regions: *const vk::BufferImageCopy,
+) {
+    recorded(cb, Cmd::Transfer, |n| {
+        if let Some(f) = n.cmd_copy_image_to_buffer {
+            f(cb, src, layout, dst, count, regions);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_fill_buffer(
+    cb: vk::CommandBuffer,
+    dst: vk::Buffer,
+    offset: vk::DeviceSize,
+    size: vk::DeviceSize,
+    data: u32,
+) {
+    recorded(cb, Cmd::Transfer, |n| {
+        if let Some(f) = n.cmd_fill_buffer {
+            f(cb, dst, offset, size, data);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_update_buffer(
+    cb: vk::CommandBuffer,
+    dst: vk::Buffer,
+    offset: vk::DeviceSize,
+    size: vk::DeviceSize,
+    data: *const c_void,
+) {
+    recorded(cb, Cmd::Transfer, |n| {
+        if let Some(f) = n.cmd_update_buffer {
+            f(cb, dst, offset, size, data);
+        }
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe extern "system" fn cmd_pipeline_barrier(
+    cb: vk::CommandBuffer,
+    src: vk::PipelineStageFlags,
+    dst: vk::PipelineStageFlags,
+    deps: vk::DependencyFlags,
+    mem_count: u32,
+    mem: *const vk::MemoryBarrier<'_>,
+    buf_count: u32,
+    buf: *const vk::BufferMemoryBarrier<'_>,
+    img_count: u32,
+    img: *const vk::ImageMemoryBarrier<'_>,
+) {
+    let n = mem_count as u64 + buf_count as u64 + img_count as u64;
+    recorded(cb, Cmd::Barrier(n), |next| {
+        if let Some(f) = next.cmd_pipeline_barrier {
+            f(
+                cb, src, dst, deps, mem_count, mem, buf_count, buf, img_count, img,
+            );
+        }
+    });
+}
+
+unsafe fn barrier2(cb: vk::CommandBuffer, info: *const vk::DependencyInfo<'_>, khr: bool) {
+    let n = if info.is_null() {
+        0
+    } else {
+        let i = &*info;
+        i.memory_barrier_count as u64
+            + i.buffer_memory_barrier_count as u64
+            + i.image_memory_barrier_count as u64
+    };
+    recorded(cb, Cmd::Barrier(n), |next| {
+        let f = if khr {
+            next.cmd_pipeline_barrier2_khr
+        } else {
+            next.cmd_pipeline_barrier2
+        };
+        if let Some(f) = f {
+            f(cb, info);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_pipeline_barrier2(
+    cb: vk::CommandBuffer,
+    info: *const vk::DependencyInfo<'_>,
+) {
+    barrier2(cb, info, false);
+}
+
+pub(super) unsafe extern "system" fn cmd_pipeline_barrier2_khr(
+    cb: vk::CommandBuffer,
+    info: *const vk::DependencyInfo<'_>,
+) {
+    barrier2(cb, info, true);
+}
+
+pub(super) unsafe extern "system" fn cmd_write_timestamp(
+    cb: vk::CommandBuffer,
+    stage: vk::PipelineStageFlags,
+    pool: vk::QueryPool,
+    query: u32,
+) {
+    recorded(cb, Cmd::Timestamp, |n| {
+        if let Some(f) = n.cmd_write_timestamp {
+            f(cb, stage, pool, query);
+        }
+    });
+}
+
+pub(super) unsafe extern "system" fn cmd_execute_commands(
+    cb: vk::CommandBuffer,
+    count: u32,
+    cbs: *const vk::CommandBuffer,
+) {
+    let Some(d) = dev(cb) else { return };
+    let secondaries: Vec<u64> = slice(cbs, count).iter().map(|c| c.as_raw()).collect();
+    d.lock()
+        .state
+        .execute_secondaries(cb.as_raw(), &secondaries);
+    if let Some(f) = d.next.cmd_execute_commands {
+        f(cb, count, cbs);
+    }
+}
+
+pub(super) unsafe extern "system" fn cmd_begin_debug_utils_label(
+    cb: vk::CommandBuffer,
+    label: *const vk::DebugUtilsLabelEXT<'_>,
+) {
+    let Some(d) = dev(cb) else { return };
+    if !label.is_null() && !(*label).p_label_name.is_null() {
+        let name = CStr::from_ptr((*label).p_label_name)
+            .to_string_lossy()
+            .into_owned();
+        d.lock().state.push_label(cb.as_raw(), name);
+    }
+    if let Some(f) = d.next.cmd_begin_debug_utils_label {
+        f(cb, label);
+    }
+}
+
+pub(super) unsafe extern "system" fn cmd_end_debug_utils_label(cb: vk::CommandBuffer) {
+    let Some(d) = dev(cb) else { return };
+    d.lock().state.pop_label(cb.as_raw());
+    if let Some(f) = d.next.cmd_end_debug_utils_label {
+        f(cb);
+    }
+}

@@ -1,0 +1,188 @@
+//! The layer's GPU timestamps: its query pools, the commands it records into the program's
+//! command buffers (and its own submit-level wrappers), and reading results back.
+
+use std::ffi::c_void;
+
+use ash::vk::{self, Handle};
+
+use super::{DeviceData, Inner};
+use crate::state::{MAX_POOLS, POOL_PAIRS, ReadJob};
+
+impl DeviceData {
+    /// Creates one more query pool of [`POOL_PAIRS`] pairs; false when the driver refuses or
+    /// the layer has [`MAX_POOLS`] already.
+    pub(super) unsafe fn add_pool(&self, g: &mut Inner) -> bool {
+        if g.timer.pools.len() as u32 >= MAX_POOLS {
+            return false;
+        }
+        let Some(f) = self.next.create_query_pool else {
+            return false;
+        };
+        let qi = vk::QueryPoolCreateInfo::default()
+            .query_type(vk::QueryType::TIMESTAMP)
+            .query_count(POOL_PAIRS * 2);
+        let mut pool = vk::QueryPool::null();
+        if f(self.handle, &qi, std::ptr::null(), &mut pool) != vk::Result::SUCCESS {
+            return false;
+        }
+        g.timer.pools.push(pool);
+        g.state.slots.grow();
+        g.state.timing = true;
+        true
+    }
+
+    /// A free pair (or block), adding a pool when every pool is full.
+    pub(super) unsafe fn take_slot(&self, g: &mut Inner) -> Option<u32> {
+        if let Some(s) = g.state.slots.take() {
+            return Some(s);
+        }
+        if self.add_pool(g) {
+            g.state.slots.take()
+        } else {
+            None
+        }
+    }
+
+    /// The pool holding pair `slot`, and the pair's first query in it.
+    pub(super) fn query(g: &Inner, slot: u32) -> Option<(vk::QueryPool, u32)> {
+        let pool = *g.timer.pools.get((slot / POOL_PAIRS) as usize)?;
+        Some((pool, (slot % POOL_PAIRS) * 2))
+    }
+
+    /// Records a reset of `pairs` pairs from `slot` into `cb`.
+    pub(super) unsafe fn reset(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32, pairs: u32) {
+        if let (Some((pool, q)), Some(r)) = (Self::query(g, slot), self.next.cmd_reset_query_pool) {
+            r(cb, pool, q, pairs * 2);
+        }
+    }
+
+    /// Records the start timestamp of `slot` into `cb`.
+    pub(super) unsafe fn stamp_start(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32) {
+        if let (Some((pool, q)), Some(ts)) = (Self::query(g, slot), self.next.cmd_write_timestamp) {
+            ts(cb, vk::PipelineStageFlags::TOP_OF_PIPE, pool, q);
+        }
+    }
+
+    /// Records the end timestamp of `slot` into `cb`.
+    pub(super) unsafe fn stamp_end(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32) {
+        if let (Some((pool, q)), Some(ts)) = (Self::query(g, slot), self.next.cmd_write_timestamp) {
+            ts(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, q + 1);
+        }
+    }
+
+    /// The layer's start and end command buffers for a submit-level pair in `slot` on `family`
+    /// (recorded once, reused whenever the slot is).
+    pub(super) unsafe fn wrappers(
+        &self,
+        g: &mut Inner,
+        family: u32,
+        slot: u32,
+    ) -> Option<(vk::CommandBuffer, vk::CommandBuffer)> {
+        if let Some(w) = g.timer.wrappers.get(&(family, slot)) {
+            return Some(*w);
+        }
+        let n = self.next;
+        let pool = match g.timer.cmd_pools.get(&family) {
+            Some(p) => *p,
+            None => {
+                let info = vk::CommandPoolCreateInfo::default().queue_family_index(family);
+                let mut p = vk::CommandPool::null();
+                if n.create_command_pool?(self.handle, &info, std::ptr::null(), &mut p)
+                    != vk::Result::SUCCESS
+                {
+                    return None;
+                }
+                g.timer.cmd_pools.insert(family, p);
+                p
+            }
+        };
+        let info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(2);
+        let mut cbs = [vk::CommandBuffer::null(); 2];
+        if n.allocate_command_buffers?(self.handle, &info, cbs.as_mut_ptr()) != vk::Result::SUCCESS
+        {
+            return None;
+        }
+        // The loader's dispatch pointer goes into command buffers the layer made itself, so
+        // that the layers below it find their own state for them.
+        if let Some(set) = self.set_loader_data {
+            for cb in cbs {
+                if set(self.handle, cb.as_raw() as usize as *mut c_void) != vk::Result::SUCCESS {
+                    return None;
+                }
+            }
+        }
+        let begin = vk::CommandBufferBeginInfo::default();
+        let (b, e) = (n.begin_command_buffer?, n.end_command_buffer?);
+        let ok = vk::Result::SUCCESS;
+        if b(cbs[0], &begin) != ok {
+            return None;
+        }
+        self.reset(g, cbs[0], slot, 1);
+        self.stamp_start(g, cbs[0], slot);
+        if e(cbs[0]) != ok || b(cbs[1], &begin) != ok {
+            return None;
+        }
+        self.stamp_end(g, cbs[1], slot);
+        if e(cbs[1]) != ok {
+            return None;
+        }
+        let w = (cbs[0], cbs[1]);
+        g.timer.wrappers.insert((family, slot), w);
+        Some(w)
+    }
+
+    /// Reads the stamps of `jobs` without waiting, one `vkGetQueryPoolResults` per run of
+    /// consecutive pairs, and hands the results to the state.
+    pub(super) unsafe fn read_jobs(&self, g: &mut Inner, jobs: Vec<ReadJob>) {
+        for job in jobs {
+            let mut results = vec![None; job.stamps.len()];
+            let mut i = 0;
+            while i < job.stamps.len() {
+                // A run: consecutive pairs of one pool.
+                let first = job.stamps[i].slot;
+                let mut n = 1;
+                while i + n < job.stamps.len()
+                    && job.stamps[i + n].slot == first + n as u32
+                    && !(first + n as u32).is_multiple_of(POOL_PAIRS)
+                {
+                    n += 1;
+                }
+                self.read_run(g, first, &mut results[i..i + n]);
+                i += n;
+            }
+            g.state.read_done(&job, &results);
+        }
+    }
+
+    /// Reads `out.len()` pairs from `first`: each query's value and availability.
+    unsafe fn read_run(&self, g: &Inner, first: u32, out: &mut [Option<(u64, u64)>]) {
+        let (Some((pool, q)), Some(f)) = (Self::query(g, first), self.next.get_query_pool_results)
+        else {
+            return;
+        };
+        let mut v = vec![0u64; out.len() * 4];
+        let r = f(
+            self.handle,
+            pool,
+            q,
+            out.len() as u32 * 2,
+            v.len() * 8,
+            v.as_mut_ptr().cast(),
+            16,
+            vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WITH_AVAILABILITY,
+        );
+        // NOT_READY still fills in the available queries.
+        if r != vk::Result::SUCCESS && r != vk::Result::NOT_READY {
+            return;
+        }
+        for (k, o) in out.iter_mut().enumerate() {
+            let (a, avail_a, b, avail_b) = (v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+            if avail_a != 0 && avail_b != 0 {
+                *o = Some((self.ns(a), self.ns(b)));
+            }
+        }
+    }
+}
