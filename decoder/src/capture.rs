@@ -48,7 +48,20 @@ pub fn capture(
     model: &Model,
     spec: &CaptureSpec,
 ) -> anyhow::Result<(Trace, Generation)> {
-    let max_seq = (spec.prompt_ids.len() + spec.decode_tokens + 2) as u32;
+    let max_seq = spec
+        .prompt_ids
+        .len()
+        .checked_add(spec.decode_tokens)
+        .and_then(|n| n.checked_add(2))
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} prompt tokens and {} decode tokens need more than 2^32 - 2 positions, the most \
+                 the engine addresses; lower --context or --max-tokens",
+                spec.prompt_ids.len(),
+                spec.decode_tokens
+            )
+        })?;
     let opts = EngineOptions {
         knobs: spec.knobs,
         timestamps: spec.timestamps,

@@ -14,7 +14,7 @@ use anyhow::Context;
 
 use crate::model::error::ModelError;
 use crate::model::rng::SplitMix64;
-use crate::model::safetensors_io::{SafetensorsFile, SafetensorsWriter, TensorEntry, temp_sibling};
+use crate::model::safetensors_io::{SafetensorsFile, SafetensorsWriter, TensorEntry};
 use crate::model::tokenizer::Tokenizer;
 
 /// What one [`Backend::step`] returns: the output of the last position it ran.
@@ -445,8 +445,9 @@ pub struct Dump {
     pub ids: Vec<u32>,
 }
 
-/// Writes `logits` (F32 `[steps, vocab]`) and `ids` (I64 `[steps]`) to `path`, through a
-/// temporary file renamed into place.
+/// Writes `logits` (F32 `[steps, vocab]`) and `ids` (I64 `[steps]`) to `path` with
+/// [`profiler::io::write_output`]: through a temporary file renamed into place (a device or FIFO
+/// is written in place).
 pub fn write_dump(path: &Path, generation: &Generation) -> Result<(), ModelError> {
     let steps = generation.ids.len();
     let vocab = generation.vocab;
@@ -460,31 +461,31 @@ pub fn write_dump(path: &Path, generation: &Generation) -> Result<(), ModelError
             ),
         });
     }
-    let tmp = temp_sibling(path);
-    let result = (|| {
-        let mut writer = SafetensorsWriter::create(
-            &tmp,
-            vec![
-                TensorEntry::new("ids", safetensors::Dtype::I64, &[steps]),
-                TensorEntry::new("logits", safetensors::Dtype::F32, &[steps, vocab]),
-            ],
-            None,
-        )?;
-        let ids: Vec<u8> = generation
-            .ids
-            .iter()
-            .flat_map(|&id| i64::from(id).to_le_bytes())
-            .collect();
-        writer.write_bytes(&ids)?;
-        writer.write_f32(&generation.logits)?;
-        writer.finish()?;
-        std::fs::rename(&tmp, path).map_err(|e| ModelError::write(path, e))
-    })();
-    if result.is_err() {
-        // Best effort: the error being returned matters more than a leftover temporary.
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    // The one output writer: atomically over a file, in place into a device or FIFO.
+    profiler::io::write_output(path, |w| {
+        let file = w.get_ref().try_clone()?;
+        let written = (|| {
+            let mut writer = SafetensorsWriter::from_file(
+                path,
+                file,
+                vec![
+                    TensorEntry::new("ids", safetensors::Dtype::I64, &[steps]),
+                    TensorEntry::new("logits", safetensors::Dtype::F32, &[steps, vocab]),
+                ],
+                None,
+            )?;
+            let ids: Vec<u8> = generation
+                .ids
+                .iter()
+                .flat_map(|&id| i64::from(id).to_le_bytes())
+                .collect();
+            writer.write_bytes(&ids)?;
+            writer.write_f32(&generation.logits)?;
+            writer.finish()
+        })();
+        written.map_err(std::io::Error::other)
+    })
+    .map_err(|e| ModelError::write(path, e))
 }
 
 /// Reads a file written by [`write_dump`].

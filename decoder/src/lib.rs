@@ -13,6 +13,7 @@ pub mod exec;
 pub mod generate;
 pub mod gguf;
 pub mod kv;
+pub mod limits;
 pub mod model;
 pub mod probe;
 pub mod shaders;

@@ -418,3 +418,35 @@ fn command_line_imports_and_reports_errors_with_the_file() {
         "a failed import must not touch the existing output"
     );
 }
+
+/// `--force` onto a regular file moved the file away under a hidden name, put a directory in its
+/// place and then failed. A file is never replaced by a directory: refused before any work, the
+/// file kept, nothing left beside it.
+#[test]
+fn force_onto_a_regular_file_is_refused_and_keeps_it() {
+    let tiny = tiny_model("llama");
+    let dir = temp_dir();
+    let gguf = dir.path().join("tiny.gguf");
+    tiny.gguf.write(&gguf);
+    let out = dir.path().join("ckpt");
+    std::fs::write(&out, "keep me").unwrap();
+    let opts = ImportOptions {
+        dtype: OutDtype::F16,
+        overwrite: true,
+    };
+    let err = import_gguf(&gguf, &out, &opts, &ProgressBar::hidden()).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, ImportError::OutputNotDirectory { .. })
+            && msg.contains("ckpt")
+            && msg.contains("regular file"),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["ckpt", "tiny.gguf"]);
+}

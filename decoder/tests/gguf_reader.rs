@@ -248,3 +248,52 @@ fn missing_file_names_the_path() {
         "{err}"
     );
 }
+
+/// The case: a real model's GGUF cut at byte 1000 (inside its vocabulary) was reported
+/// as ending "inside the tensor count", because the tensor count was checked against the bytes
+/// left before the metadata was read. The message names what was being read where it ended.
+#[test]
+fn a_file_cut_in_the_metadata_names_the_entry_being_read() {
+    let mut b = GgufBuilder::default();
+    b.kv("general.architecture", string("llama"));
+    let vocab: Vec<String> = (0..500).map(|i| format!("token{i}")).collect();
+    b.kv("tokenizer.ggml.tokens", strings(&vocab));
+    // More tensors than the first 1000 bytes could describe.
+    for i in 0..60 {
+        b.tensor(&format!("t{i}"), &[4], 0, f32_bytes(&[1.0, 2.0, 3.0, 4.0]));
+    }
+    let bytes = b.to_bytes();
+    let (msg, err) = open_err(&bytes[..1000]);
+    assert!(matches!(err, GgufError::Truncated { .. }), "{err:?}");
+    assert!(
+        msg.contains("ends at byte 1000")
+            && msg.contains("tokenizer.ggml.tokens")
+            && !msg.contains("tensor count"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_fifo_is_refused_without_waiting_for_a_writer() {
+    let dir = temp_dir();
+    let fifo = dir.path().join("model.gguf");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made, "mkfifo failed");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(GgufFile::open(&path).map(|_| ()).map_err(|e| e.to_string()));
+    });
+    let result = rx.recv_timeout(std::time::Duration::from_secs(20));
+    if result.is_err() {
+        // Unblock the reader thread before failing.
+        let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+    }
+    let msg = result
+        .expect("opening a FIFO hung")
+        .expect_err("a FIFO is not a GGUF file");
+    assert!(msg.contains("model.gguf") && msg.contains("FIFO"), "{msg}");
+}

@@ -23,7 +23,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::io::write_atomic;
+use crate::io::write_output;
 use crate::trace::{Counters, Phase, Trace};
 
 pub const HOST_PID: u32 = 1;
@@ -360,7 +360,7 @@ pub fn export_chrome(trace: &Trace, out: &Path) -> Result<(), ExportError> {
         trace,
         layout: Layout::of(trace),
     };
-    write_atomic(out, |w| {
+    write_output(out, |w| {
         serde_json::to_writer(&mut *w, &doc).map_err(std::io::Error::from)?;
         std::io::Write::write_all(w, b"\n")
     })

@@ -476,7 +476,7 @@ fn write_results(
     if !complete {
         text.push_str("\n(sweep still running: the points measured so far)\n");
     }
-    write_atomic(&args.out.join("bench.md"), text.as_bytes())?;
+    write_file(&args.out.join("bench.md"), text.as_bytes())?;
     let json = serde_json::json!({
         "device": meta.device,
         "device_type": meta.device_type,
@@ -490,7 +490,7 @@ fn write_results(
         "peer_error": peer_error,
         "refused": refused.iter().map(|(n, w)| serde_json::json!({"setting": n, "reason": w})).collect::<Vec<_>>(),
     });
-    write_atomic(
+    write_file(
         &args.out.join("bench.json"),
         serde_json::to_string_pretty(&json)?.as_bytes(),
     )?;
@@ -815,10 +815,10 @@ pub fn peer_table(rows: &[Row], peers: &[peer::PeerRow]) -> String {
     out
 }
 
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+/// Writes `bytes` to `path` with the one output writer (atomically over a file).
+fn write_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    profiler::io::write_output(path, |w| std::io::Write::write_all(w, bytes))
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The sequences of a point as they decode: each one's last token and next position.

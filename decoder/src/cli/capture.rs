@@ -24,7 +24,9 @@ pub struct Args {
     /// Preset to capture; `both` writes generic.json and fused.json into the --out directory.
     #[arg(long, value_enum, default_value = "both")]
     pub mode: CaptureMode,
-    /// Output trace file (one mode) or directory (`--mode both`).
+    /// Output trace file (one mode) or directory (`--mode both`: generic.json and fused.json,
+    /// both renamed into place once both are captured, replacing a previous pair together). A
+    /// device or FIFO is written in place; a missing directory is refused before the run.
     #[arg(long, value_name = "PATH")]
     pub out: PathBuf,
     #[command(flatten)]
@@ -53,23 +55,32 @@ pub fn with_context(ids: Vec<u32>, context: usize) -> Vec<u32> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // Before anything runs: an output that cannot be written would lose the whole capture.
+    let outputs = output_paths(args.mode, &args.out)?;
+    let kv = args.gpu.kv.config()?;
     let model = load_model(&args.model.model)?;
-    let ids = with_context(prompt_ids(&model, &args.prompt)?, args.context);
+    let prompt = prompt_ids(&model, &args.prompt)?;
+    // The sizes against the model and the host before the prompt is repeated to --context tokens.
+    let run_size = crate::limits::RunSize {
+        prompt_tokens: prompt.len(),
+        context: args.context,
+        max_tokens: args.max_tokens,
+        batch: kv.batch,
+        logits_per_token: args.logits,
+    };
+    let max_seq = crate::limits::check_positions(&model.config, &run_size, "--max-tokens")?;
+    crate::limits::check_host_memory(&model.config, &run_size, max_seq, "--max-tokens")?;
+    let ids = with_context(prompt, args.context);
     let gpu = args.gpu.open()?;
     eprintln!("device: {} ({})", gpu.info().name, gpu.info().driver_name);
-    let modes: Vec<Mode> = match args.mode {
-        CaptureMode::Generic => vec![Mode::Generic],
-        CaptureMode::Fused => vec![Mode::Fused],
-        CaptureMode::Both => vec![Mode::Generic, Mode::Fused],
-    };
-    if args.mode == CaptureMode::Both {
-        std::fs::create_dir_all(&args.out).with_context(|| {
-            format!("cannot create the output directory {}", args.out.display())
-        })?;
-    }
+    crate::limits::check_device(&model.config, gpu.info(), &kv, max_seq)?;
     let mut summaries = Vec::new();
     let mut texts = Vec::new();
-    for mode in modes {
+    // Every trace is staged (written beside its path) and all are renamed into place together
+    // once every mode has been captured: a failed or stopped run leaves the previous pair as it
+    // was, never one new trace beside an old one.
+    let mut staged = Vec::new();
+    for (mode, path) in outputs {
         let spec = CaptureSpec {
             model_name: args.model.model.clone(),
             prompt: args.prompt.prompt.clone(),
@@ -78,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             knobs: args.gpu.knobs(mode),
             timestamps: args.gpu.timestamps,
             logits_readback: args.logits,
-            kv: args.gpu.kv.config()?,
+            kv,
         };
         eprintln!(
             "capturing {} ({}): {} prompt + {} decode tokens",
@@ -88,15 +99,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.max_tokens
         );
         let (trace, generation) = capture(&gpu, &model, &spec)?;
-        let path = if args.mode == CaptureMode::Both {
-            args.out.join(format!("{}.json", mode.name()))
-        } else {
-            args.out.clone()
-        };
-        write(&path, &trace)?;
-        eprintln!("wrote {}", path.display());
+        staged.push((path.clone(), stage(&path, &trace)?));
         summaries.push((mode.name(), summarize(&trace)));
         texts.push((mode.name(), generation));
+    }
+    for (path, s) in staged {
+        s.commit()
+            .with_context(|| format!("cannot write the trace {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
     }
     let cols: Vec<(&str, &crate::capture::Summary)> =
         summaries.iter().map(|(n, s)| (*n, s)).collect();
@@ -111,6 +121,56 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("the two modes generated different text; one of them is wrong");
     }
     Ok(())
+}
+
+/// The trace path of every mode to capture, checked before any work: `--out` itself for one
+/// mode; for `--mode both`, `generic.json` and `fused.json` in the `--out` directory (created when
+/// missing; a pair already there is replaced, both traces together).
+pub fn output_paths(mode: CaptureMode, out: &Path) -> anyhow::Result<Vec<(Mode, PathBuf)>> {
+    let paths = match mode {
+        CaptureMode::Generic => vec![(Mode::Generic, out.to_path_buf())],
+        CaptureMode::Fused => vec![(Mode::Fused, out.to_path_buf())],
+        CaptureMode::Both => {
+            match std::fs::metadata(out) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => anyhow::bail!(
+                    "--out {} is a file, but --mode both writes generic.json and fused.json into \
+                     a directory; give a directory (created when missing), or --mode generic or \
+                     fused for one trace",
+                    out.display()
+                ),
+                // Only the last component is created: a missing parent is more likely a typo.
+                Err(_) => std::fs::create_dir(out).map_err(|e| {
+                    let parent = match out.parent() {
+                        Some(p) if !p.as_os_str().is_empty() => p.display().to_string(),
+                        _ => ".".to_string(),
+                    };
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        anyhow::anyhow!(
+                            "cannot create the --out directory {}: its parent {parent} does not \
+                             exist; create it (mkdir -p {parent}) or give another --out",
+                            out.display()
+                        )
+                    } else {
+                        anyhow::anyhow!(
+                            "cannot create the --out directory {}: {e}; give a directory that \
+                             can be created (--mode both writes generic.json and fused.json \
+                             into it)",
+                            out.display()
+                        )
+                    }
+                })?,
+            }
+            vec![
+                (Mode::Generic, out.join("generic.json")),
+                (Mode::Fused, out.join("fused.json")),
+            ]
+        }
+    };
+    for (_, p) in &paths {
+        profiler::io::check_output(p, "--out")?;
+    }
+    Ok(paths)
 }
 
 /// The generated text as a reader wants it, quoted: up to the first end-of-sequence token, with
@@ -132,8 +192,13 @@ pub fn shown_text(tokenizer: &Tokenizer, ids: &[u32], text: &str) -> String {
     }
 }
 
-fn write(path: &Path, trace: &profiler::trace::Trace) -> anyhow::Result<()> {
-    profiler::io::write_trace(path, trace)
+/// Writes `trace` beside `path`, to be renamed into place by
+/// [`profiler::io::StagedOutput::commit`].
+fn stage(
+    path: &Path,
+    trace: &profiler::trace::Trace,
+) -> anyhow::Result<profiler::io::StagedOutput> {
+    profiler::io::stage_trace(path, trace)
         .with_context(|| format!("cannot write the trace {}", path.display()))
 }
 

@@ -13,7 +13,7 @@ use crate::model::resolve_model;
 pub struct Args {
     /// A checkpoint directory, or a model name (tiny, tiny-llama, smollm2, ...).
     pub model: String,
-    /// The GGUF file to write (atomically).
+    /// The GGUF file to write (atomically; a device or FIFO is written in place).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// Element type of the matrices (norms are always f32).
@@ -23,6 +23,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
+    profiler::io::check_output(&args.out, "--out")?;
     let dir = resolve_model(&args.model)
         .with_context(|| format!("cannot find the model {:?}", args.model))?;
     let s = export_gguf(&dir, &args.out, args.dtype)

@@ -22,9 +22,9 @@ pub struct KvArgs {
     /// KV cache element type (f16 halves the bytes every decode step reads).
     #[arg(long, value_enum, default_value = "f16", help_heading = "KV cache")]
     pub kv_dtype: KvDtype,
-    /// Positions per block of the paged layout: 16 or 32.
-    #[arg(long, default_value_t = 16, help_heading = "KV cache")]
-    pub block_size: u32,
+    /// Positions per block of the paged layout: 16 or 32 [default: 16]. Only with --kv paged.
+    #[arg(long, help_heading = "KV cache")]
+    pub block_size: Option<u32>,
     /// Paged layout: shuffle the block pool so every block table is scattered.
     #[arg(long, help_heading = "KV cache")]
     pub fragment: bool,
@@ -32,9 +32,10 @@ pub struct KvArgs {
     #[arg(long, default_value_t = 0, help_heading = "KV cache")]
     pub window: u32,
     /// How attention reads a paged cache: copy the blocks into a contiguous scratch first
-    /// (gather), or read them through the block table (fused).
-    #[arg(long, value_enum, default_value = "fused", help_heading = "KV cache")]
-    pub paged_attention: PagedAttention,
+    /// (gather), or read them through the block table (fused) [default: fused]. Only with
+    /// --kv paged.
+    #[arg(long, value_enum, help_heading = "KV cache")]
+    pub paged_attention: Option<PagedAttention>,
     /// Sequences decoded together; sequence b's prompt is the prompt cut to a different length.
     #[arg(long, default_value_t = 1, help_heading = "KV cache")]
     pub batch: u32,
@@ -45,15 +46,31 @@ pub struct KvArgs {
 }
 
 impl KvArgs {
-    /// The settings, checked (errors name the flag).
+    /// The settings, checked (errors name the flag). A paged-layout flag without `--kv paged`
+    /// is refused rather than ignored: the run would not be the one the command line describes.
     pub fn config(&self) -> anyhow::Result<KvConfig> {
+        if self.kind != KvKind::Paged {
+            let given = [
+                self.block_size.map(|b| format!("--block-size {b}")),
+                self.paged_attention
+                    .map(|p| format!("--paged-attention {}", p.name())),
+            ];
+            if let Some(flag) = given.into_iter().flatten().next() {
+                anyhow::bail!(
+                    "{flag} applies to the paged KV layout only, and this run uses --kv {}; add \
+                     --kv paged, or drop {}",
+                    self.kind.name(),
+                    flag.split(' ').next().unwrap_or_default()
+                );
+            }
+        }
         let cfg = KvConfig {
             kind: self.kind,
             dtype: self.kv_dtype,
-            block: self.block_size,
+            block: self.block_size.unwrap_or(16),
             fragment: self.fragment,
             window: self.window,
-            paged_attention: self.paged_attention,
+            paged_attention: self.paged_attention.unwrap_or(PagedAttention::Fused),
             batch: self.batch,
             prefill_chunk: self.prefill_chunk,
         };

@@ -332,10 +332,11 @@ fn save(out: &Path, name: &str, buf: Vec<u8>) -> anyhow::Result<PathBuf> {
     let img = image::RgbImage::from_raw(W, H, buf)
         .ok_or_else(|| anyhow::anyhow!("plot buffer of the wrong size"))?;
     let path = out.join(name);
-    let tmp = out.join(format!("{name}.partial"));
-    img.save_with_format(&tmp, image::ImageFormat::Png)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    profiler::io::write_output(&path, |w| {
+        img.write_to(w, image::ImageFormat::Png)
+            .map_err(std::io::Error::other)
+    })
+    .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
 

@@ -100,8 +100,21 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.generation.options().validate()?;
+    if let Some(dump) = &args.generation.dump {
+        // Before the run: an unwritable dump would be found only after it.
+        profiler::io::check_output(dump, "--dump")?;
+    }
     let model = load_model(&args.model.model)?;
     let ids = prompt_ids(&model, &args.prompt)?;
+    let size = crate::limits::RunSize {
+        prompt_tokens: ids.len(),
+        max_tokens: args.generation.max_tokens,
+        batch: 1,
+        logits_per_token: args.generation.dump.is_some(),
+        ..Default::default()
+    };
+    let max_seq = crate::limits::check_positions(&model.config, &size, "--max-tokens")?;
+    crate::limits::check_host_memory(&model.config, &size, max_seq, "--max-tokens")?;
     if args.gpu.kv.batch > 1 {
         anyhow::bail!(
             "decoder run generates one sequence; --batch {} applies to decoder capture and decoder bench",
@@ -124,11 +137,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         BackendKind::Vulkan => {
             let gpu = args.gpu.open()?;
             let knobs = args.gpu.knobs(args.mode);
+            let kv = args.gpu.kv.config()?;
+            crate::limits::check_device(&model.config, gpu.info(), &kv, max_seq)?;
             let opts = crate::exec::engine::EngineOptions {
                 knobs,
                 timestamps: args.gpu.timestamps,
-                max_seq: (ids.len() + args.generation.max_tokens + 1) as u32,
-                kv: args.gpu.kv.config()?,
+                max_seq,
+                kv,
                 logits_readback: args.generation.dump.is_some()
                     || args.generation.temperature > 0.0,
             };

@@ -11,7 +11,7 @@
 //!
 //! The file is written to a temporary sibling and renamed into place.
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -19,7 +19,7 @@ use serde_json::Value as Json;
 
 use super::import::permute_rope_rows;
 use crate::model::config::{Arch, ModelConfig};
-use crate::model::safetensors_io::{SafetensorsFile, temp_sibling};
+use crate::model::safetensors_io::SafetensorsFile;
 
 /// Element type of the exported matrices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -415,11 +415,7 @@ pub fn export_gguf(dir: &Path, out: &Path, dtype: ExportDtype) -> Result<ExportS
         0,
     );
 
-    let tmp = temp_sibling(out);
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let mut w = BufWriter::new(file);
-    let result = (|| -> Result<u64> {
+    let written = profiler::io::write_output(out, |w| -> Result<u64> {
         w.write_all(&header)?;
         let mut written = 0u64;
         for p in &plans {
@@ -447,19 +443,9 @@ pub fn export_gguf(dir: &Path, out: &Path, dtype: ExportDtype) -> Result<ExportS
             w.write_all(&vec![0u8; pad as usize])?;
             written += bytes.len() as u64;
         }
-        w.flush()?;
-        w.get_ref().sync_all()?;
         Ok(written)
-    })();
-    let written = match result {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e.context(format!("cannot write {}", out.display())));
-        }
-    };
-    std::fs::rename(&tmp, out)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), out.display()))?;
+    })
+    .with_context(|| format!("cannot write {}", out.display()))?;
     Ok(ExportSummary {
         tensors: plans.len(),
         bytes: written,

@@ -187,6 +187,13 @@ pub enum ImportError {
         path.display()
     )]
     OutputExists { path: PathBuf },
+    #[error(
+        "--out {} is {what}, not a checkpoint directory; import-gguf writes a directory and never \
+         puts one in place of anything else (not even with --force): remove it or give another \
+         --out",
+        path.display()
+    )]
+    OutputNotDirectory { path: PathBuf, what: String },
     #[error("cannot write {}: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -255,11 +262,7 @@ pub fn import_gguf(
     options: &ImportOptions,
     progress: &ProgressBar,
 ) -> Result<ImportSummary, ImportError> {
-    if !options.overwrite && out_dir.exists() {
-        return Err(ImportError::OutputExists {
-            path: out_dir.to_path_buf(),
-        });
-    }
+    check_out_dir(out_dir, options.overwrite)?;
     let gguf = GgufFile::open(gguf_path)?;
     let path = gguf.path();
     let hp = read_hparams(&gguf)?;
@@ -899,6 +902,43 @@ fn write_json(path: &Path, value: &Json) -> Result<(), ImportError> {
     file.sync_all().map_err(write_err)
 }
 
+/// Checks what is at the output path: nothing, or (with `overwrite`) a directory, which is
+/// replaced. Anything else (a regular file, a symbolic link, a device) is refused, `--force` or
+/// not: a directory never takes the place of a file.
+fn check_out_dir(target: &Path, overwrite: bool) -> Result<(), ImportError> {
+    let meta = match fs::symlink_metadata(target) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(ImportError::Write {
+                path: target.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let t = meta.file_type();
+    if t.is_dir() {
+        return if overwrite {
+            Ok(())
+        } else {
+            Err(ImportError::OutputExists {
+                path: target.to_path_buf(),
+            })
+        };
+    }
+    let what = if t.is_file() {
+        "a regular file"
+    } else if t.is_symlink() {
+        "a symbolic link (give the directory itself)"
+    } else {
+        "a special file (a device, FIFO or socket)"
+    };
+    Err(ImportError::OutputNotDirectory {
+        path: target.to_path_buf(),
+        what: what.into(),
+    })
+}
+
 /// A hidden directory beside the target that is removed on drop unless committed.
 struct Staging {
     path: PathBuf,
@@ -941,12 +981,9 @@ impl Staging {
             path: target.to_path_buf(),
             source,
         };
-        if target.exists() {
-            if !overwrite {
-                return Err(ImportError::OutputExists {
-                    path: target.to_path_buf(),
-                });
-            }
+        // Again: the target may have changed during the import.
+        check_out_dir(target, overwrite)?;
+        if fs::symlink_metadata(target).is_ok() {
             let mut old = self.path.clone().into_os_string();
             old.push(".replaced");
             let old = PathBuf::from(old);

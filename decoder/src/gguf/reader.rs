@@ -23,7 +23,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -39,11 +38,11 @@ pub const SUPPORTED_VERSIONS: [u32; 2] = [2, 3];
 /// Errors from reading a GGUF file. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {err}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
+        err: io::Error,
     },
     #[error(
         "{} is not a GGUF file: it starts with {found:02x?} instead of \"GGUF\"; pass a .gguf \
@@ -61,13 +60,16 @@ pub enum GgufError {
         hint: &'static str,
     },
     #[error(
-        "{} is truncated: it ends inside {what} (the file has {file_bytes} bytes); download or \
-         copy it again",
+        "{} is truncated: the file ends at byte {file_bytes}, inside {what}, which starts at byte \
+         {at}; download or copy it again",
         path.display()
     )]
     Truncated {
         path: PathBuf,
+        /// What was being read where the file ended.
         what: String,
+        /// Where that starts.
+        at: u64,
         file_bytes: u64,
     },
     #[error("{} is not a valid GGUF file: {what}", path.display())]
@@ -323,11 +325,12 @@ impl GgufFile {
     /// Opens and parses the header, metadata and tensor infos of `path`, and checks that every
     /// tensor's data lies inside the file.
     pub fn open(path: &Path) -> Result<Self, GgufError> {
-        let io_err = |source| GgufError::Io {
+        let io_err = |err| GgufError::Io {
             path: path.to_path_buf(),
-            source,
+            err,
         };
-        let file = File::open(path).map_err(io_err)?;
+        // A FIFO or a device would block or never end: only a regular file is opened.
+        let file = profiler::io::open_regular_file(path).map_err(io_err)?;
         let file_bytes = file.metadata().map_err(io_err)?.len();
         let mut src = Source {
             inner: BufReader::with_capacity(1 << 20, file),
@@ -361,9 +364,13 @@ impl GgufFile {
         let tensor_count = src.u64("the tensor count")?;
         let metadata_count = src.u64("the metadata count")?;
         // Each metadata entry takes at least 8 (key length) + 4 (type) + 1 bytes, each tensor info
-        // at least 8 + 4 + 4 + 8: reject counts that cannot fit before allocating for them.
-        src.check_count(metadata_count, 13, "the metadata count")?;
-        src.check_count(tensor_count, 24, "the tensor count")?;
+        // at least 8 + 4 + 4 + 8: reject counts that cannot fit before allocating for them (the
+        // tensor infos once the metadata before them has been read).
+        src.check_count(
+            metadata_count,
+            13,
+            "the metadata entries (as many as the header's metadata count)",
+        )?;
 
         let mut metadata = BTreeMap::new();
         for i in 0..metadata_count {
@@ -390,6 +397,11 @@ impl GgufFile {
             },
         };
 
+        src.check_count(
+            tensor_count,
+            24,
+            "the tensor infos (as many as the header's tensor count)",
+        )?;
         let mut tensors: Vec<TensorInfo> = Vec::new();
         let mut names = std::collections::HashSet::new();
         for i in 0..tensor_count {
@@ -443,12 +455,8 @@ impl GgufFile {
                 _ => {
                     return Err(GgufError::Truncated {
                         path: path.to_path_buf(),
-                        what: format!(
-                            "the data of tensor {:?} ({} bytes at offset {})",
-                            t.name,
-                            len,
-                            data_start.saturating_add(t.offset)
-                        ),
+                        what: format!("the data of tensor {:?} ({len} bytes)", t.name),
+                        at: data_start.saturating_add(t.offset),
                         file_bytes,
                     });
                 }
@@ -514,13 +522,13 @@ impl GgufFile {
                 info.name, info.ggml_type
             ),
         })?;
-        let io_err = |source| GgufError::Io {
+        let io_err = |err| GgufError::Io {
             path: self.path.clone(),
-            source,
+            err,
         };
-        let mut file = File::open(&self.path).map_err(io_err)?;
-        file.seek(SeekFrom::Start(self.data_start + info.offset))
-            .map_err(io_err)?;
+        let mut file = profiler::io::open_regular_file(&self.path).map_err(io_err)?;
+        let at = self.data_start.saturating_add(info.offset);
+        file.seek(SeekFrom::Start(at)).map_err(io_err)?;
         let len_usize = usize::try_from(len).map_err(|_| GgufError::Malformed {
             path: self.path.clone(),
             what: format!("tensor {:?} is too large for this machine", info.name),
@@ -531,6 +539,7 @@ impl GgufFile {
                 GgufError::Truncated {
                     path: self.path.clone(),
                     what: format!("the data of tensor {:?}", info.name),
+                    at,
                     file_bytes: self.file_bytes,
                 }
             } else {
@@ -567,12 +576,13 @@ impl<R: Read> Source<'_, R> {
                 GgufError::Truncated {
                     path: self.path.to_path_buf(),
                     what: what.to_string(),
+                    at: self.pos,
                     file_bytes: self.file_bytes,
                 }
             } else {
                 GgufError::Io {
                     path: self.path.to_path_buf(),
-                    source: e,
+                    err: e,
                 }
             }
         })?;
@@ -597,10 +607,15 @@ impl<R: Read> Source<'_, R> {
     /// the rest of the file.
     fn check_count(&self, count: u64, min_bytes: u64, what: &str) -> Result<(), GgufError> {
         let left = self.file_bytes.saturating_sub(self.pos);
-        if count.saturating_mul(min_bytes) > left {
+        let need = count.saturating_mul(min_bytes);
+        if need > left {
             return Err(GgufError::Truncated {
                 path: self.path.to_path_buf(),
-                what: format!("{what} (it claims {count} items, {left} bytes are left)"),
+                what: format!(
+                    "{what}: {count} of at least {min_bytes} bytes each need {need} bytes, and \
+                     {left} are left"
+                ),
+                at: self.pos,
                 file_bytes: self.file_bytes,
             });
         }

@@ -149,6 +149,13 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
 }
 
+/// The fewest positions (`max_position_embeddings`) a model config may allow.
+pub const MIN_POSITIONS: usize = 16;
+
+/// The most elements one weight matrix may have (2^40: 4 TB of f32), far past any checkpoint
+/// this decoder runs; a config past it has a typo.
+pub const MAX_MATRIX_ELEMENTS: usize = 1 << 40;
+
 impl ModelConfig {
     /// Reads and normalizes `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<Self, ModelError> {
@@ -215,7 +222,12 @@ impl ModelConfig {
         } else {
             embedding
         };
-        embedding + self.layers as u64 * self.layer_parameter_count() + self.hidden as u64 + lm_head
+        // Saturating: sizes are bounded at load (`MAX_MATRIX_ELEMENTS`), a count past 2^64 is not.
+        (self.layers as u64)
+            .saturating_mul(self.layer_parameter_count())
+            .saturating_add(embedding)
+            .saturating_add(self.hidden as u64)
+            .saturating_add(lm_head)
     }
 }
 
@@ -359,6 +371,69 @@ impl ConfigFile {
             Arch::Qwen3 => 32768,
             Arch::Llama => 2048,
         });
+        if max_position_embeddings < MIN_POSITIONS {
+            return Err(self.invalid(
+                "max_position_embeddings",
+                max_position_embeddings,
+                format!(
+                    "a model needs room for at least {MIN_POSITIONS} positions (a prompt and a \
+                     few generated tokens); set it to the context length the model was trained \
+                     with"
+                ),
+            ));
+        }
+        // Every size must be addressable: one past 32 bits or a matrix past this machine's memory
+        // is a typo, and would overflow the element counts the loader and the engine compute.
+        for (field, value) in [
+            ("hidden_size", hidden),
+            ("num_hidden_layers", layers),
+            ("num_attention_heads", heads),
+            ("head_dim", head_dim),
+            ("intermediate_size", intermediate),
+            ("vocab_size", vocab),
+        ] {
+            if u32::try_from(value).is_err() {
+                return Err(self.invalid(
+                    field,
+                    value,
+                    "sizes are at most 2^32 - 1; check the config".into(),
+                ));
+            }
+        }
+        for (field, value, matrix, elements) in [
+            (
+                "vocab_size",
+                vocab,
+                "vocab_size x hidden_size",
+                vocab.checked_mul(hidden),
+            ),
+            (
+                "num_attention_heads",
+                heads,
+                "num_attention_heads x head_dim x hidden_size",
+                heads
+                    .checked_mul(head_dim)
+                    .and_then(|q| q.checked_mul(hidden)),
+            ),
+            (
+                "intermediate_size",
+                intermediate,
+                "intermediate_size x hidden_size",
+                intermediate.checked_mul(hidden),
+            ),
+        ] {
+            if elements.is_none_or(|n| n > MAX_MATRIX_ELEMENTS) {
+                return Err(self.invalid(
+                    field,
+                    value,
+                    format!(
+                        "{matrix} is more than 2^{} elements (hidden_size = {hidden}); check the \
+                         config's sizes",
+                        MAX_MATRIX_ELEMENTS.ilog2()
+                    ),
+                ));
+            }
+        }
 
         Ok(ModelConfig {
             arch,

@@ -37,7 +37,8 @@ impl SafetensorsFile {
     /// Opens `path` and validates its header; a file too short for its header or for any of its
     /// tensors is an error naming the file (and the first tensor cut short).
     pub fn open(path: &Path) -> Result<Self, ModelError> {
-        let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
+        // A FIFO or a device would block or never end: only a regular file is opened.
+        let file = profiler::io::open_regular_file(path).map_err(|e| ModelError::io(path, e))?;
         let file_bytes = file.metadata().map_err(|e| ModelError::io(path, e))?.len();
         let bad = |reason: String| ModelError::Safetensors {
             path: path.to_path_buf(),
@@ -254,6 +255,18 @@ impl SafetensorsWriter {
         entries: Vec<TensorEntry>,
         metadata: Option<HashMap<String, String>>,
     ) -> Result<Self, ModelError> {
+        let file = File::create(path).map_err(|e| ModelError::write(path, e))?;
+        Self::from_file(path, file, entries, metadata)
+    }
+
+    /// Writes into `file`, opened for writing (for example by [`profiler::io::write_output`]);
+    /// `path` names it in errors.
+    pub fn from_file(
+        path: &Path,
+        file: File,
+        entries: Vec<TensorEntry>,
+        metadata: Option<HashMap<String, String>>,
+    ) -> Result<Self, ModelError> {
         let bad = |reason: String| ModelError::Safetensors {
             path: path.to_path_buf(),
             reason,
@@ -276,7 +289,6 @@ impl SafetensorsWriter {
         let mut header = serde_json::to_vec(&meta).map_err(|e| bad(e.to_string()))?;
         header.resize(header.len().next_multiple_of(8), b' ');
 
-        let file = File::create(path).map_err(|e| ModelError::write(path, e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&(header.len() as u64).to_le_bytes())
             .and_then(|()| out.write_all(&header))
@@ -366,10 +378,13 @@ impl SafetensorsWriter {
         self.out
             .flush()
             .map_err(|e| ModelError::write(&self.path, e))?;
-        self.out
-            .get_ref()
-            .sync_all()
-            .map_err(|e| ModelError::write(&self.path, e))
+        // A device or FIFO written in place has nothing to sync (and refuses fsync).
+        let file = self.out.get_ref();
+        if file.metadata().is_ok_and(|m| m.is_file()) {
+            file.sync_all()
+                .map_err(|e| ModelError::write(&self.path, e))?;
+        }
+        Ok(())
     }
 
     fn skip_empty(&mut self) {

@@ -126,6 +126,9 @@ impl Weights {
     pub fn load(dir: &Path, config: &ModelConfig) -> Result<Self, ModelError> {
         let checkpoint = Checkpoint::open(dir)?;
         checkpoint.reject_biases()?;
+        // Before a name is listed: the config's layer count against the checkpoint's, so that a
+        // huge num_hidden_layers fails at once and extra layers are not silently ignored.
+        checkpoint.check_layers(&dir.join("config.json"), config.layers)?;
         let mut by_name: HashMap<String, Tensor> = HashMap::new();
         for (name, shape) in tensor_names_and_shapes(config) {
             let tensor = checkpoint.read(&name, &shape)?;
@@ -332,6 +335,54 @@ impl Checkpoint {
         let mut names: Vec<String> = self.location.keys().cloned().collect();
         names.sort();
         names
+    }
+
+    /// The layers the checkpoint holds tensors for: one more than the largest `i` of a
+    /// `model.layers.{i}.` name (0 when there is none).
+    pub fn layer_count(&self) -> usize {
+        self.location
+            .keys()
+            .filter_map(|n| {
+                n.strip_prefix("model.layers.")?
+                    .split('.')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .map(|i: usize| i.saturating_add(1))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Fails unless the checkpoint holds tensors for exactly `layers` layers, the config's
+    /// `num_hidden_layers` (read from `config_path`).
+    pub fn check_layers(&self, config_path: &Path, layers: usize) -> Result<(), ModelError> {
+        let found = self.layer_count();
+        if found == layers {
+            return Ok(());
+        }
+        let present = match found {
+            0 => "no layer tensors (model.layers.*)".to_string(),
+            n => format!(
+                "tensors for {n} layers (model.layers.0 to model.layers.{})",
+                n - 1
+            ),
+        };
+        let fix = if found > layers {
+            "the checkpoint has more layers than its config.json, which would silently skip them"
+        } else {
+            "the checkpoint does not match its config.json"
+        };
+        Err(ModelError::InvalidConfig {
+            path: config_path.to_path_buf(),
+            field: "num_hidden_layers".into(),
+            value: layers.to_string(),
+            reason: format!(
+                "{} has {present}; {fix}: set num_hidden_layers to {found}, or use the checkpoint \
+                 this config was written for",
+                self.source.display()
+            ),
+        })
     }
 
     /// Reads tensor `name` as f32 with its shape checked.
