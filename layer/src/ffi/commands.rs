@@ -210,9 +210,7 @@ pub(super) unsafe extern "system" fn reset_command_buffer(
 /// Counts `what` in `cb` and passes the command down with `call`.
 unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
     let Some(d) = dev(cb) else { return };
-    if !super::diag("norecord") {
-        d.lock().state.record(cb.as_raw(), what);
-    }
+    d.lock().state.record(cb.as_raw(), what);
     call(&d.next);
 }
 
@@ -221,9 +219,7 @@ unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::N
 unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
     let Some(d) = dev(cb) else { return };
     let k = cb.as_raw();
-    let end = if super::diag("norecord") {
-        None
-    } else {
+    let end = {
         let mut g = d.lock();
         g.state.record(k, Cmd::Dispatch);
         if g.state.level == Level::Dispatch && g.state.can_time(k) {

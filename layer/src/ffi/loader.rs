@@ -92,12 +92,6 @@ fn as_void(f: *const ()) -> vk::PFN_vkVoidFunction {
 
 /// The layer's version of a device-level command, if it intercepts it.
 fn intercept(name: &[u8]) -> vk::PFN_vkVoidFunction {
-    if super::diag("passthrough") && name != b"vkGetDeviceProcAddr" {
-        return None;
-    }
-    if super::diag("nofencestatus") && name == b"vkGetFenceStatus" {
-        return None;
-    }
     use commands as c;
     use objects as o;
     use queue as q;
@@ -194,9 +188,7 @@ pub(super) unsafe extern "system" fn get_device_proc_addr(
     if name.is_null() || device == vk::Device::null() {
         return None;
     }
-    let Some(d) = super::dev(device) else {
-        return None;
-    };
+    let d = super::dev(device)?;
     let next = (d.next_gdpa)(device, name);
     match (next, intercept(CStr::from_ptr(name).to_bytes())) {
         (Some(_), Some(ours)) => Some(ours),

@@ -130,10 +130,6 @@ struct Config {
     /// `$DECODESCOPE_CAPTURE_DIR`; without it the layer passes every call through uncounted.
     dir: Option<String>,
     level: Level,
-    /// `$DECODESCOPE_LAYER_DIAG`, for measuring the layer's own cost: `passthrough` intercepts
-    /// no device command (the cost of a loaded layer alone), `nowrite` counts everything but
-    /// writes nothing (the cost of the bookkeeping without the writer thread).
-    diag: String,
 }
 
 fn config() -> &'static Config {
@@ -150,8 +146,7 @@ fn config() -> &'static Config {
             );
             Level::Off
         });
-        let diag = std::env::var("DECODESCOPE_LAYER_DIAG").unwrap_or_default();
-        Config { dir, level, diag }
+        Config { dir, level }
     })
 }
 
@@ -160,7 +155,6 @@ fn output() -> &'static Output {
     OUT.get_or_init(|| {
         let c = config();
         match &c.dir {
-            Some(_) if c.diag.split(',').any(|d| d == "nowrite") => Output::disabled(),
             Some(d) => {
                 let out = Output::open(d, c.level.name());
                 if out.enabled() {
@@ -178,16 +172,6 @@ fn output() -> &'static Output {
 /// The program is exiting without destroying its devices: each device's open wait group (the
 /// work after its last wait) is written, and the writer drained.
 extern "C" fn at_exit() {
-    if diag_threads() {
-        eprintln!(
-            "decodescope layer diag: {} locked calls from {} threads, {} thread switches, {} \
-             contended",
-            DIAG_CALLS.load(Ordering::Relaxed),
-            DIAG_THREADS.load(Ordering::Relaxed),
-            DIAG_SWITCHES.load(Ordering::Relaxed),
-            DIAG_CONTENDED.load(Ordering::Relaxed)
-        );
-    }
     for d in live_devices() {
         // SAFETY: `d` is a device of the table, still alive (the program did not destroy it).
         unsafe { d.finish("exit", true) };
@@ -279,11 +263,6 @@ fn live_devices() -> Vec<&'static DeviceData> {
         // SAFETY: as in `dev`: leaked, never freed.
         .filter_map(|s| unsafe { s.data.load(Ordering::Acquire).as_ref() })
         .collect()
-}
-
-/// True when `$DECODESCOPE_LAYER_DIAG` names `what` (comma-separated).
-fn diag(what: &str) -> bool {
-    config().diag.split(',').any(|d| d == what)
 }
 
 /// The next device's index within the process (creation order).
@@ -409,38 +388,8 @@ struct DeviceData {
     inner: Mutex<Inner>,
 }
 
-/// `DECODESCOPE_LAYER_DIAG=threads`: calls, threads and contended locks, printed at exit.
-static DIAG_CALLS: AtomicU64 = AtomicU64::new(0);
-static DIAG_SWITCHES: AtomicU64 = AtomicU64::new(0);
-static DIAG_CONTENDED: AtomicU64 = AtomicU64::new(0);
-static DIAG_LAST: AtomicU64 = AtomicU64::new(0);
-static DIAG_THREADS: AtomicU64 = AtomicU64::new(0);
-
-fn diag_threads() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| diag("threads"))
-}
-
-fn diag_call() {
-    thread_local! {
-        static ID: u64 = DIAG_THREADS.fetch_add(1, Ordering::Relaxed) + 1;
-    }
-    let id = ID.with(|i| *i);
-    DIAG_CALLS.fetch_add(1, Ordering::Relaxed);
-    if DIAG_LAST.swap(id, Ordering::Relaxed) != id {
-        DIAG_SWITCHES.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 impl DeviceData {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        if diag_threads() {
-            diag_call();
-            if let Ok(g) = self.inner.try_lock() {
-                return g;
-            }
-            DIAG_CONTENDED.fetch_add(1, Ordering::Relaxed);
-        }
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 

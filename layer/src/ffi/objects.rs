@@ -38,17 +38,11 @@ pub(super) unsafe extern "system" fn update_descriptor_sets(
     copies: *const vk::CopyDescriptorSet<'_>,
 ) {
     let Some(d) = dev(device) else { return };
-    if super::diag("nodescriptors") {
-        if let Some(f) = d.next.update_descriptor_sets {
-            f(device, write_count, writes, copy_count, copies);
-        }
-        return;
-    }
-    let t0 = if super::diag("nospans") { 0 } else { now_ns() };
+    let t0 = now_ns();
     if let Some(f) = d.next.update_descriptor_sets {
         f(device, write_count, writes, copy_count, copies);
     }
-    let t1 = if super::diag("nospans") { 0 } else { now_ns() };
+    let t1 = now_ns();
     let mut g = d.lock();
     g.state.descriptor_writes(write_count as u64);
     g.state.host_span(Host::Descriptors, t0, t1);
