@@ -523,24 +523,10 @@ impl Counters {
         Counters::from_fields(std::array::from_fn(|i| a[i].saturating_sub(b[i])))
     }
 
+    /// Field by field `self + o`, saturating (a crafted trace cannot overflow a sum).
     pub fn add(&mut self, o: &Counters) {
-        self.submits_compute += o.submits_compute;
-        self.submits_transfer += o.submits_transfer;
-        self.command_buffers_begun += o.command_buffers_begun;
-        self.dispatches += o.dispatches;
-        self.transfer_commands += o.transfer_commands;
-        self.barrier_calls += o.barrier_calls;
-        self.memory_barriers += o.memory_barriers;
-        self.descriptor_sets_allocated += o.descriptor_sets_allocated;
-        self.descriptor_writes += o.descriptor_writes;
-        self.pipeline_binds += o.pipeline_binds;
-        self.descriptor_set_binds += o.descriptor_set_binds;
-        self.push_constant_updates += o.push_constant_updates;
-        self.fence_waits += o.fence_waits;
-        self.bytes_to_device += o.bytes_to_device;
-        self.bytes_from_device += o.bytes_from_device;
-        self.timestamp_writes += o.timestamp_writes;
-        self.kv_bytes_copied += o.kv_bytes_copied;
+        let (a, b) = (self.to_fields(), o.to_fields());
+        *self = Counters::from_fields(std::array::from_fn(|i| a[i].saturating_add(b[i])));
     }
 }
 
