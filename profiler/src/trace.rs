@@ -440,26 +440,8 @@ impl Counters {
 
     /// Values in the order of [`Counters::NAMES`].
     pub fn values(&self) -> [u64; 18] {
-        [
-            self.submits(),
-            self.submits_compute,
-            self.submits_transfer,
-            self.command_buffers_begun,
-            self.dispatches,
-            self.transfer_commands,
-            self.barrier_calls,
-            self.memory_barriers,
-            self.descriptor_sets_allocated,
-            self.descriptor_writes,
-            self.pipeline_binds,
-            self.descriptor_set_binds,
-            self.push_constant_updates,
-            self.fence_waits,
-            self.bytes_to_device,
-            self.bytes_from_device,
-            self.timestamp_writes,
-            self.kv_bytes_copied,
-        ]
+        let f = self.to_fields();
+        std::array::from_fn(|i| if i == 0 { self.submits() } else { f[i - 1] })
     }
 
     /// The value of the counter called `name` (see [`Counters::NAMES`]).

@@ -233,6 +233,18 @@ pub(super) unsafe extern "system" fn unmap_memory(device: vk::Device, memory: vk
     }
 }
 
+/// Bytes of the `count` mapped ranges at `ranges` (flushed or invalidated).
+unsafe fn range_total(
+    state: &crate::state::DeviceState,
+    ranges: *const vk::MappedMemoryRange<'_>,
+    count: u32,
+) -> u64 {
+    slice(ranges, count)
+        .iter()
+        .map(|r| state.range_bytes(r.memory.as_raw(), r.offset, r.size))
+        .sum()
+}
+
 pub(super) unsafe extern "system" fn flush_mapped_memory_ranges(
     device: vk::Device,
     count: u32,
@@ -246,10 +258,7 @@ pub(super) unsafe extern "system" fn flush_mapped_memory_ranges(
     };
     {
         let mut g = d.lock();
-        let bytes: u64 = slice(ranges, count)
-            .iter()
-            .map(|r| g.state.range_bytes(r.memory.as_raw(), r.offset, r.size))
-            .sum();
+        let bytes = range_total(&g.state, ranges, count);
         g.state.bytes_to_device(bytes);
     }
     f(device, count, ranges)
@@ -268,10 +277,7 @@ pub(super) unsafe extern "system" fn invalidate_mapped_memory_ranges(
     };
     let r = f(device, count, ranges);
     let mut g = d.lock();
-    let bytes: u64 = slice(ranges, count)
-        .iter()
-        .map(|r| g.state.range_bytes(r.memory.as_raw(), r.offset, r.size))
-        .sum();
+    let bytes = range_total(&g.state, ranges, count);
     g.state.bytes_from_device(bytes);
     r
 }
