@@ -18,9 +18,10 @@
 //! how they become steps.
 //!
 //! [`ffi`] (private) holds every `unsafe` block and raw handle; [`state`] is the safe
-//! bookkeeping; [`output`] the writer thread and the live file that outlives a killed program.
+//! bookkeeping; [`recording`] counts recorded commands without a lock; [`output`] the writer thread and the live file that outlives a killed program.
 
 #[allow(unsafe_code)]
 mod ffi;
 mod output;
+pub mod recording;
 pub mod state;

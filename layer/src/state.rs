@@ -131,7 +131,8 @@ pub type HostTag = (Host, u64, u64, u32);
 /// Tags of the commands that make up a command buffer's work signature.
 #[derive(Clone, Copy, Debug)]
 pub enum Cmd {
-    BindPipeline(u32),
+    /// A pipeline bound, by its handle.
+    BindPipeline(u64),
     Dispatch,
     Transfer,
     Barrier(u64),
@@ -142,9 +143,10 @@ pub enum Cmd {
 }
 
 impl Cmd {
-    fn code(self) -> u64 {
+    /// The command's part of a recording's signature.
+    pub fn code(self) -> u64 {
         match self {
-            Cmd::BindPipeline(p) => 1 << 32 | p as u64,
+            Cmd::BindPipeline(p) => mix(1, p),
             Cmd::Dispatch => 2,
             Cmd::Transfer => 3,
             Cmd::Barrier(n) => 4 << 32 | n,
@@ -348,8 +350,6 @@ pub struct DeviceState {
     next_group: u64,
     cmds: FastMap<u64, CmdState>,
     pool_family: FastMap<u64, u32>,
-    /// Pipelines in first-use order (signatures), and their labels.
-    pipeline_ids: FastMap<u64, u32>,
     pipeline_labels: FastMap<u64, String>,
     /// Shader modules' code hashes.
     modules: FastMap<u64, u64>,
@@ -385,7 +385,6 @@ impl DeviceState {
             next_group: 0,
             cmds: FastMap::default(),
             pool_family: FastMap::default(),
-            pipeline_ids: FastMap::default(),
             pipeline_labels: FastMap::default(),
             modules: FastMap::default(),
             dispatch_ops: HashMap::new(),
@@ -636,19 +635,26 @@ impl DeviceState {
         }
     }
 
-    /// The pipeline's number in first-use order (for signatures).
-    fn pipeline_id(&mut self, pipeline: u64) -> u32 {
-        let n = self.pipeline_ids.len() as u32;
-        *self.pipeline_ids.entry(pipeline).or_insert(n)
-    }
-
     pub fn bind_pipeline(&mut self, cmd: u64, pipeline: u64) {
-        let id = self.pipeline_id(pipeline);
         if let Some(c) = self.cmds.get_mut(&cmd) {
             c.pipeline = Some(pipeline);
             c.op_cache = None;
         }
-        self.record(cmd, Cmd::BindPipeline(id));
+        self.record(cmd, Cmd::BindPipeline(pipeline));
+    }
+
+    /// What `cmd` recorded without the lock ([`crate::recording`]) since its last drain.
+    pub fn drained(&mut self, cmd: u64, d: crate::recording::Drained) {
+        let c = self.cmds.entry(cmd).or_default();
+        c.counters.add(&d.counters);
+        if d.signature != 0 {
+            c.signature = mix(c.signature, d.signature);
+        }
+        c.work = c.work.wrapping_add(d.work);
+        if let Some(p) = d.pipeline {
+            c.pipeline = Some(p);
+            c.op_cache = None;
+        }
     }
 
     /// `vkCreateShaderModule`: remembers the hash of its code.

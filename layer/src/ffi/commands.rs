@@ -55,6 +55,7 @@ pub(super) unsafe extern "system" fn destroy_command_pool(
         for c in g.state.cmds_of_pool(pool.as_raw()) {
             d.read_unread(&mut g, c);
             g.state.free_cmd(c);
+            d.release(c);
         }
         g.state.forget_pool(pool.as_raw());
     }
@@ -77,6 +78,7 @@ pub(super) unsafe extern "system" fn reset_command_pool(
         for c in g.state.cmds_of_pool(pool.as_raw()) {
             d.read_unread(&mut g, c);
             g.state.reset_cmd(c);
+            d.discard(c);
         }
     }
     f(device, pool, flags)
@@ -103,6 +105,9 @@ pub(super) unsafe extern "system" fn allocate_command_buffers(
                 i.command_pool.as_raw(),
                 i.level == vk::CommandBufferLevel::SECONDARY,
             );
+            if let Some(t) = &d.recordings {
+                t.claim(cb.as_raw());
+            }
         }
     }
     r
@@ -123,6 +128,7 @@ pub(super) unsafe extern "system" fn free_command_buffers(
         for cb in slice(cbs, count) {
             d.read_unread(&mut g, cb.as_raw());
             g.state.free_cmd(cb.as_raw());
+            d.release(cb.as_raw());
         }
     }
     f(device, pool, count, cbs);
@@ -144,6 +150,7 @@ pub(super) unsafe extern "system" fn begin_command_buffer(
         let k = cb.as_raw();
         let mut g = d.lock();
         d.read_unread(&mut g, k);
+        d.discard(k);
         g.state.begin_cmd(k, t0);
         if g.state.level == Level::CommandBuffer
             && g.state.can_time(k)
@@ -177,6 +184,7 @@ pub(super) unsafe extern "system" fn end_command_buffer(cb: vk::CommandBuffer) -
     {
         let k = cb.as_raw();
         let mut g = d.lock();
+        d.drain(&mut g, k);
         if g.state.level == Level::CommandBuffer
             && let Some(slot) = g.state.command_buffer_stamp(k)
         {
@@ -201,16 +209,21 @@ pub(super) unsafe extern "system" fn reset_command_buffer(
         let mut g = d.lock();
         d.read_unread(&mut g, cb.as_raw());
         g.state.reset_cmd(cb.as_raw());
+        d.discard(cb.as_raw());
     }
     f(cb, flags)
 }
 
 // ---- recorded commands ------------------------------------------------------------------------
 
-/// Counts `what` in `cb` and passes the command down with `call`.
+/// Counts `what` in `cb` (in its lock-free slot when it has one) and passes the command down
+/// with `call`.
+#[inline]
 unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
     let Some(d) = dev(cb) else { return };
-    d.lock().state.record(cb.as_raw(), what);
+    if !d.slot(cb).is_some_and(|s| s.record(what)) {
+        d.lock().state.record(cb.as_raw(), what);
+    }
     call(&d.next);
 }
 
@@ -218,6 +231,12 @@ unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::N
 /// dispatch without taking the lock again: the pool's handle does not change).
 unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
     let Some(d) = dev(cb) else { return };
+    if let Some(s) = d.slot(cb) {
+        // Below the dispatch level: counted, untimed.
+        s.record(Cmd::Dispatch);
+        call(&d.next);
+        return;
+    }
     let k = cb.as_raw();
     let end = {
         let mut g = d.lock();
@@ -264,7 +283,12 @@ pub(super) unsafe extern "system" fn cmd_bind_pipeline(
     pipeline: vk::Pipeline,
 ) {
     let Some(d) = dev(cb) else { return };
-    d.lock().state.bind_pipeline(cb.as_raw(), pipeline.as_raw());
+    if !d
+        .slot(cb)
+        .is_some_and(|s| s.record(Cmd::BindPipeline(pipeline.as_raw())))
+    {
+        d.lock().state.bind_pipeline(cb.as_raw(), pipeline.as_raw());
+    }
     if let Some(f) = d.next.cmd_bind_pipeline {
         f(cb, bind_point, pipeline);
     }
@@ -322,7 +346,8 @@ pub(super) unsafe extern "system" fn cmd_push_descriptor_set_khr(
 ) {
     let Some(d) = dev(cb) else { return };
     // Counted when recorded, as the decoder's recorder counts a push.
-    d.lock().state.descriptor_writes(count as u64);
+    d.descriptor_writes
+        .fetch_add(count as u64, std::sync::atomic::Ordering::Relaxed);
     if let Some(f) = d.next.cmd_push_descriptor_set_khr {
         f(cb, bind_point, layout, set, count, writes);
     }
@@ -530,9 +555,15 @@ pub(super) unsafe extern "system" fn cmd_execute_commands(
 ) {
     let Some(d) = dev(cb) else { return };
     let secondaries: Vec<u64> = slice(cbs, count).iter().map(|c| c.as_raw()).collect();
-    d.lock()
-        .state
-        .execute_secondaries(cb.as_raw(), &secondaries);
+    {
+        let mut g = d.lock();
+        // In order: the primary's commands so far, then the secondaries' whole recordings.
+        d.drain(&mut g, cb.as_raw());
+        for &s in &secondaries {
+            d.drain(&mut g, s);
+        }
+        g.state.execute_secondaries(cb.as_raw(), &secondaries);
+    }
     if let Some(f) = d.next.cmd_execute_commands {
         f(cb, count, cbs);
     }

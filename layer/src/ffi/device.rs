@@ -4,6 +4,7 @@
 use std::ffi::{CStr, c_char};
 use std::mem::transmute;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use ash::vk::{self, Handle};
 use profiler::capture::{RawDevice, RawRecord};
@@ -14,6 +15,7 @@ use super::{
     DeviceData, Inner, InstanceData, Next, SetDeviceLoaderData, Timer, add_device, config, dev,
     instance_of, key, now_ns, output, remove_device, slice,
 };
+use crate::recording::Table;
 use crate::state::{DeviceState, Level};
 
 fn c_name(bytes: &[c_char]) -> String {
@@ -230,6 +232,8 @@ pub(super) unsafe extern "system" fn create_device(
         period_ns,
         valid_mask,
         out: output().clone(),
+        recordings: (level != Level::Dispatch).then(Table::default),
+        descriptor_writes: AtomicU64::new(0),
         inner: Mutex::new(Inner {
             state,
             timer: Timer::default(),

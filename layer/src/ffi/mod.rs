@@ -45,6 +45,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use ash::vk::{self, Handle};
 
 use crate::output::Output;
+use crate::recording::{Slot, Table};
 use crate::state::{Announce, DeviceState, FastMap, Level, QUEUE_TRANSFER};
 
 /// The loader's dispatch key of a dispatchable handle: its first pointer-sized word.
@@ -385,12 +386,52 @@ struct DeviceData {
     period_ns: f64,
     valid_mask: u64,
     out: Output,
+    /// Command buffers' recorded commands, counted without the lock (below the `dispatch`
+    /// level; [`crate::recording`]).
+    recordings: Option<Table>,
+    /// Descriptor writes not yet added to the state (counted without the lock).
+    descriptor_writes: AtomicU64,
     inner: Mutex<Inner>,
 }
 
 impl DeviceData {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `cb`'s slot in the lock-free table, if it has one.
+    #[inline]
+    fn slot(&self, cb: vk::CommandBuffer) -> Option<&Slot> {
+        self.recordings.as_ref()?.find(cb.as_raw())
+    }
+
+    /// Moves what `cmd` recorded without the lock into the state.
+    fn drain(&self, g: &mut Inner, cmd: u64) {
+        if let Some(d) = self.recordings.as_ref().and_then(|t| t.drain(cmd)) {
+            g.state.drained(cmd, d);
+        }
+    }
+
+    /// Forgets what `cmd` recorded without the lock (its recording is gone).
+    fn discard(&self, cmd: u64) {
+        if let Some(t) = &self.recordings {
+            t.drain(cmd);
+        }
+    }
+
+    /// Releases `cmd`'s slot (the command buffer is freed).
+    fn release(&self, cmd: u64) {
+        if let Some(t) = &self.recordings {
+            t.release(cmd);
+        }
+    }
+
+    /// Adds the descriptor writes counted without the lock to the open group.
+    fn drain_descriptor_writes(&self, g: &mut Inner) {
+        let n = self.descriptor_writes.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            g.state.descriptor_writes(n);
+        }
     }
 
     fn ns(&self, ticks: u64) -> u64 {
@@ -437,6 +478,7 @@ impl DeviceData {
 
     /// Closes the open wait group with a wait of `kind` at `end` and hands it to the writer.
     fn close(&self, g: &mut Inner, kind: &'static str, end: u64) {
+        self.drain_descriptor_writes(g);
         if let Some(c) = g.state.close_group(kind, end) {
             self.announce(g);
             self.out.group(c);

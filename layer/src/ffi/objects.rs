@@ -1,6 +1,7 @@
 //! Descriptors, shader modules and pipelines (and their names), mapped memory.
 
 use std::ffi::{CStr, c_void};
+use std::sync::atomic::Ordering;
 
 use ash::vk::{self, Handle};
 
@@ -38,14 +39,11 @@ pub(super) unsafe extern "system" fn update_descriptor_sets(
     copies: *const vk::CopyDescriptorSet<'_>,
 ) {
     let Some(d) = dev(device) else { return };
-    let t0 = now_ns();
+    d.descriptor_writes
+        .fetch_add(write_count as u64, Ordering::Relaxed);
     if let Some(f) = d.next.update_descriptor_sets {
         f(device, write_count, writes, copy_count, copies);
     }
-    let t1 = now_ns();
-    let mut g = d.lock();
-    g.state.descriptor_writes(write_count as u64);
-    g.state.host_span(Host::Descriptors, t0, t1);
 }
 
 pub(super) unsafe extern "system" fn update_descriptor_set_with_template(
@@ -55,14 +53,10 @@ pub(super) unsafe extern "system" fn update_descriptor_set_with_template(
     data: *const c_void,
 ) {
     let Some(d) = dev(device) else { return };
-    let t0 = now_ns();
+    d.descriptor_writes.fetch_add(1, Ordering::Relaxed);
     if let Some(f) = d.next.update_descriptor_set_with_template {
         f(device, set, template, data);
     }
-    let t1 = now_ns();
-    let mut g = d.lock();
-    g.state.descriptor_writes(1);
-    g.state.host_span(Host::Descriptors, t0, t1);
 }
 
 /// The hash of SPIR-V code of `size` bytes at `code`.

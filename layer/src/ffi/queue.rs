@@ -95,6 +95,10 @@ impl DeviceData {
         t0: u64,
     ) -> Option<(vk::CommandBuffer, vk::CommandBuffer)> {
         let mut g = self.lock();
+        self.drain_descriptor_writes(&mut g);
+        for cmd in batches.iter().flatten() {
+            self.drain(&mut g, *cmd);
+        }
         let jobs = g.state.resubmitted(batches);
         if !jobs.is_empty() {
             self.read_jobs(&mut g, jobs);
