@@ -214,6 +214,8 @@ pub struct CmdState {
     timed_dispatches: u64,
     /// The last submission, until its stamps are read.
     pub unread: Option<Submission>,
+    /// Begun since its pool's last reset (it is on the pool's list of begun command buffers).
+    begun: bool,
 }
 
 /// A submission on a queue that no wait has proven complete yet.
@@ -350,6 +352,10 @@ pub struct DeviceState {
     next_group: u64,
     cmds: FastMap<u64, CmdState>,
     pool_family: FastMap<u64, u32>,
+    /// Per command pool, the command buffers begun since its last reset: a pool reset touches
+    /// these alone (llama.cpp resets a pool of hundreds of command buffers a dozen times a
+    /// token, having used a few).
+    pool_begun: FastMap<u64, Vec<u64>>,
     pipeline_labels: FastMap<u64, String>,
     /// Shader modules' code hashes.
     modules: FastMap<u64, u64>,
@@ -385,6 +391,7 @@ impl DeviceState {
             next_group: 0,
             cmds: FastMap::default(),
             pool_family: FastMap::default(),
+            pool_begun: FastMap::default(),
             pipeline_labels: FastMap::default(),
             modules: FastMap::default(),
             dispatch_ops: HashMap::new(),
@@ -488,8 +495,25 @@ impl DeviceState {
         v
     }
 
+    /// The command buffers of `pool` begun since its last reset (for a pool reset, which
+    /// leaves the others as they are: never recorded since, they hold nothing to read or clear).
+    pub fn begun_in_pool(&mut self, pool: u64) -> Vec<u64> {
+        let mut v = self.pool_begun.remove(&pool).unwrap_or_default();
+        v.retain(|k| {
+            self.cmds.get_mut(k).is_some_and(|c| {
+                let mine = c.pool == pool && c.begun;
+                c.begun = false;
+                mine
+            })
+        });
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     pub fn forget_pool(&mut self, pool: u64) {
         self.pool_family.remove(&pool);
+        self.pool_begun.remove(&pool);
     }
 
     pub fn allocate_cmd(&mut self, cmd: u64, pool: u64, secondary: bool) {
@@ -539,10 +563,11 @@ impl DeviceState {
         }
         let blocks = std::mem::take(&mut c.blocks);
         let stamps = std::mem::take(&mut c.stamps);
-        let (pool, secondary) = (c.pool, c.secondary);
+        let (pool, secondary, begun) = (c.pool, c.secondary, c.begun);
         *c = CmdState {
             pool,
             secondary,
+            begun,
             ..CmdState::default()
         };
         if self.level == Level::Dispatch {
@@ -564,6 +589,11 @@ impl DeviceState {
         self.cmds.entry(cmd).or_default();
         if let Some(c) = self.clear_recording(cmd) {
             c.record_start_ns = Some(now_ns);
+            if !c.begun {
+                c.begun = true;
+                let pool = c.pool;
+                self.pool_begun.entry(pool).or_default().push(cmd);
+            }
         }
         self.recording += 1;
     }
@@ -1217,6 +1247,27 @@ mod tests {
         assert_eq!(c.pipeline_binds, 2);
         assert_eq!(s.total, c);
         assert_eq!(s.group.queues, vec![RawQueueWork(0, 2, 2, 2)]);
+    }
+
+    #[test]
+    fn a_pool_reset_touches_the_command_buffers_begun_since_the_last_one() {
+        let mut s = state(Level::Off);
+        for k in [7, 8, 9] {
+            s.allocate_cmd(k, 1, false);
+        }
+        s.add_pool(2, 0);
+        s.allocate_cmd(20, 2, false);
+        s.begin_cmd(8, 0);
+        s.begin_cmd(8, 1);
+        s.begin_cmd(7, 2);
+        s.begin_cmd(20, 3);
+        assert_eq!(s.begun_in_pool(1), vec![7, 8]);
+        assert_eq!(s.begun_in_pool(1), Vec::<u64>::new());
+        s.begin_cmd(9, 4);
+        s.free_cmd(9);
+        s.begin_cmd(8, 5);
+        assert_eq!(s.begun_in_pool(1), vec![8]);
+        assert_eq!(s.begun_in_pool(2), vec![20]);
     }
 
     #[test]

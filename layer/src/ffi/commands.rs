@@ -75,7 +75,7 @@ pub(super) unsafe extern "system" fn reset_command_pool(
     };
     {
         let mut g = d.lock();
-        for c in g.state.cmds_of_pool(pool.as_raw()) {
+        for c in g.state.begun_in_pool(pool.as_raw()) {
             d.read_unread(&mut g, c);
             g.state.reset_cmd(c);
             d.discard(c);
