@@ -16,7 +16,9 @@
 # 2. llama-server answers one /completion request: a prompt of $CONTEXT token ids (default 512),
 #    $N_PREDICT tokens (default 128), ignore_eos, temperature 0; without the layer and under
 #    `profiler record` at each of $LEVELS (default: off submit command-buffer dispatch), after one
-#    untimed warm-up run, in $REPEATS (default 5) interleaved rounds.
+#    untimed warm-up run, in $REPEATS (default 5) interleaved rounds. $LEVELS may also name
+#    `perf-logger`: llama-server without the layer, with GGML_VK_PERF_LOGGER=1 (llama.cpp's own
+#    per-op GPU timer), for what timing every op costs it.
 # 3. `decoder capture --mode both` at the same context and length.
 # 4. One more llama-server run at `dispatch` with GGML_VK_DEBUG_MARKERS=1 (llama.cpp's pipeline
 #    names on its dispatches) and the fused preset at `--timestamps dispatch`; `profiler diff`
@@ -81,6 +83,9 @@ serve() {
     -c $((context + n_predict + 64)) -np 1 -ngl 999 -fa on --no-webui)
   if [[ $level == none ]]; then
     "${server[@]}" >"$log" 2>&1 &
+  elif [[ $level == perf-logger ]]; then
+    # llama.cpp's own per-op GPU timer, no layer: what timing every op costs it.
+    GGML_VK_PERF_LOGGER=1 "${server[@]}" >"$log" 2>&1 &
   else
     DECODESCOPE_LAYER_DIAG=$diag "$profiler" record --layer "$layer" --timestamps "$level" \
       --out "$trace" -- "${server[@]}" >"$log" 2>&1 &
