@@ -1,0 +1,396 @@
+//! Command pools and command buffers: what each recorded, its labels and pipeline, the ops of
+//! its dispatches and the timestamp pairs recorded into it.
+
+use super::*;
+
+/// Tags of the commands that make up a command buffer's work signature.
+#[derive(Clone, Copy, Debug)]
+pub enum Cmd {
+    /// A pipeline bound, by its handle.
+    BindPipeline(u64),
+    Dispatch,
+    Transfer,
+    Barrier(u64),
+    BindSets,
+    PushConstants,
+    Timestamp,
+    Execute(u64),
+}
+
+impl Cmd {
+    /// The command's part of a recording's signature.
+    pub fn code(self) -> u64 {
+        match self {
+            Cmd::BindPipeline(p) => mix(1, p),
+            Cmd::Dispatch => 2,
+            Cmd::Transfer => 3,
+            Cmd::Barrier(n) => 4 << 32 | n,
+            Cmd::BindSets => 5,
+            Cmd::PushConstants => 6,
+            Cmd::Timestamp => 7,
+            Cmd::Execute(sig) => mix(8, sig),
+        }
+    }
+}
+
+/// What one command buffer recorded since it was begun.
+#[derive(Clone, Debug, Default)]
+pub struct CmdState {
+    pub pool: u64,
+    pub secondary: bool,
+    pub counters: Counters,
+    pub signature: u64,
+    /// Order-free hash of the commands (a wrapping sum of their mixed codes): equal for the same
+    /// work however it is split into command buffers and submits.
+    pub work: u64,
+    labels: Vec<String>,
+    pipeline: Option<u64>,
+    /// The op of a dispatch recorded now (labels and pipeline unchanged since it was found).
+    op_cache: Option<u32>,
+    record_start_ns: Option<u64>,
+    /// Timestamp pairs recorded into this command buffer.
+    pub stamps: Vec<Stamp>,
+    /// Dispatch level: the blocks of pairs this command buffer holds (first pair of each) and
+    /// how many pairs of the last one it used.
+    blocks: Vec<u32>,
+    block_used: u32,
+    /// Dispatches recorded with a stamp of their own.
+    pub(super) timed_dispatches: u64,
+    /// The last submission, until its stamps are read.
+    pub unread: Option<Submission>,
+    /// Begun since its pool's last reset (it is on the pool's list of begun command buffers).
+    begun: bool,
+}
+
+impl DeviceState {
+    pub fn add_pool(&mut self, pool: u64, family: u32) {
+        self.pool_family.insert(pool, family);
+    }
+
+    /// Command buffers of `pool` (for a pool reset or destruction).
+    pub fn cmds_of_pool(&self, pool: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .cmds
+            .iter()
+            .filter(|(_, c)| c.pool == pool)
+            .map(|(&k, _)| k)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The command buffers of `pool` begun since its last reset (for a pool reset, which
+    /// leaves the others as they are: never recorded since, they hold nothing to read or clear).
+    pub fn begun_in_pool(&mut self, pool: u64) -> Vec<u64> {
+        let mut v = self.pool_begun.remove(&pool).unwrap_or_default();
+        v.retain(|k| {
+            self.cmds.get_mut(k).is_some_and(|c| {
+                let mine = c.pool == pool && c.begun;
+                c.begun = false;
+                mine
+            })
+        });
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    pub fn forget_pool(&mut self, pool: u64) {
+        self.pool_family.remove(&pool);
+        self.pool_begun.remove(&pool);
+    }
+
+    pub fn allocate_cmd(&mut self, cmd: u64, pool: u64, secondary: bool) {
+        self.cmds.insert(
+            cmd,
+            CmdState {
+                pool,
+                secondary,
+                ..CmdState::default()
+            },
+        );
+    }
+
+    /// True when `cmd` is a primary command buffer whose queue family can write timestamps.
+    pub fn can_time(&self, cmd: u64) -> bool {
+        self.timing
+            && self.cmds.get(&cmd).is_some_and(|c| {
+                !c.secondary
+                    && self
+                        .pool_family
+                        .get(&c.pool)
+                        .and_then(|&f| self.timestamp_families.get(f as usize))
+                        .copied()
+                        .unwrap_or(false)
+            })
+    }
+
+    /// The stamps of `cmd`'s last submission, which the program has finished with (it records,
+    /// resets or frees the command buffer only once that submission is complete): read them
+    /// before the command buffer's slots go.
+    pub fn unread_of(&mut self, cmd: u64) -> Option<ReadJob> {
+        let c = self.cmds.get_mut(&cmd)?;
+        let sub = c.unread.take()?;
+        Some(ReadJob {
+            sub,
+            stamps: c.stamps.clone(),
+            own: false,
+        })
+    }
+
+    /// Forgets the recording of `cmd` (its stamps must have been read: [`Self::unread_of`]);
+    /// its slots go back to the free list.
+    fn clear_recording(&mut self, cmd: u64) -> Option<&mut CmdState> {
+        let c = self.cmds.get_mut(&cmd)?;
+        if c.record_start_ns.take().is_some() {
+            self.recording = self.recording.saturating_sub(1);
+        }
+        let blocks = std::mem::take(&mut c.blocks);
+        let stamps = std::mem::take(&mut c.stamps);
+        let (pool, secondary, begun) = (c.pool, c.secondary, c.begun);
+        *c = CmdState {
+            pool,
+            secondary,
+            begun,
+            ..CmdState::default()
+        };
+        if self.level == Level::Dispatch {
+            for b in blocks {
+                self.slots.put(b);
+            }
+        } else {
+            for s in stamps {
+                self.slots.put(s.slot);
+            }
+        }
+        self.cmds.get_mut(&cmd)
+    }
+
+    /// `vkBeginCommandBuffer` (an implicit reset): counts it and starts a new recording.
+    pub fn begin_cmd(&mut self, cmd: u64, now_ns: u64) {
+        self.group.counters.command_buffers_begun += 1;
+        self.total.command_buffers_begun += 1;
+        self.cmds.entry(cmd).or_default();
+        if let Some(c) = self.clear_recording(cmd) {
+            c.record_start_ns = Some(now_ns);
+            if !c.begun {
+                c.begun = true;
+                let pool = c.pool;
+                self.pool_begun.entry(pool).or_default().push(cmd);
+            }
+        }
+        self.recording += 1;
+    }
+
+    /// `vkResetCommandBuffer` or a pool reset: the recording is gone.
+    pub fn reset_cmd(&mut self, cmd: u64) {
+        self.clear_recording(cmd);
+    }
+
+    /// `vkFreeCommandBuffers` or a pool's destruction.
+    pub fn free_cmd(&mut self, cmd: u64) {
+        self.clear_recording(cmd);
+        self.cmds.remove(&cmd);
+    }
+
+    pub fn end_cmd(&mut self, cmd: u64, now_ns: u64) {
+        let Some(c) = self.cmds.get_mut(&cmd) else {
+            return;
+        };
+        // A command-buffer stamp covers every dispatch recorded into it.
+        let dispatches = c.counters.dispatches;
+        if self.level == Level::CommandBuffer
+            && let Some(s) = c.stamps.first_mut()
+        {
+            s.covers = dispatches;
+        }
+        if let Some(s) = c.record_start_ns.take() {
+            self.recording = self.recording.saturating_sub(1);
+            self.group
+                .host
+                .push((Host::Record, s, now_ns.saturating_sub(s), 1));
+        }
+    }
+
+    /// Counts a command recorded into `cmd`.
+    pub fn record(&mut self, cmd: u64, what: Cmd) {
+        let c = self.cmds.entry(cmd).or_default();
+        let code = what.code();
+        c.signature = mix(c.signature, code);
+        c.work = c.work.wrapping_add(mix(0, code));
+        let k = &mut c.counters;
+        match what {
+            Cmd::BindPipeline(_) => k.pipeline_binds += 1,
+            Cmd::Dispatch => k.dispatches += 1,
+            Cmd::Transfer => k.transfer_commands += 1,
+            Cmd::Barrier(n) => {
+                k.barrier_calls += 1;
+                k.memory_barriers += n;
+            }
+            Cmd::BindSets => k.descriptor_set_binds += 1,
+            Cmd::PushConstants => k.push_constant_updates += 1,
+            Cmd::Timestamp => k.timestamp_writes += 1,
+            Cmd::Execute(_) => {}
+        }
+    }
+
+    /// `vkCmdExecuteCommands`: the secondaries' recorded commands become the primary's.
+    pub fn execute_secondaries(&mut self, cmd: u64, secondaries: &[u64]) {
+        for s in secondaries {
+            let (counters, sig, work) = match self.cmds.get(s) {
+                Some(c) => (c.counters, c.signature, c.work),
+                None => continue,
+            };
+            self.record(cmd, Cmd::Execute(sig));
+            if let Some(c) = self.cmds.get_mut(&cmd) {
+                c.counters.add(&counters);
+                c.work = c.work.wrapping_add(work);
+            }
+        }
+    }
+
+    pub fn bind_pipeline(&mut self, cmd: u64, pipeline: u64) {
+        if let Some(c) = self.cmds.get_mut(&cmd) {
+            c.pipeline = Some(pipeline);
+            c.op_cache = None;
+        }
+        self.record(cmd, Cmd::BindPipeline(pipeline));
+    }
+
+    /// What `cmd` recorded without the lock ([`crate::recording`]) since its last drain.
+    pub fn drained(&mut self, cmd: u64, d: crate::recording::Drained) {
+        let c = self.cmds.entry(cmd).or_default();
+        c.counters.add(&d.counters);
+        if d.signature != 0 {
+            c.signature = mix(c.signature, d.signature);
+        }
+        c.work = c.work.wrapping_add(d.work);
+        if let Some(p) = d.pipeline {
+            c.pipeline = Some(p);
+            c.op_cache = None;
+        }
+    }
+
+    /// `vkCreateShaderModule`: remembers the hash of its code.
+    pub fn shader_module(&mut self, module: u64, code_hash: u64) {
+        self.modules.insert(module, code_hash);
+    }
+
+    pub fn destroy_shader_module(&mut self, module: u64) {
+        self.modules.remove(&module);
+    }
+
+    /// The hash of a shader module's code, if the layer saw it created.
+    pub fn module_hash(&self, module: u64) -> Option<u64> {
+        self.modules.get(&module).copied()
+    }
+
+    /// A compute pipeline created from code hashed `code_hash` (the module's, or a module
+    /// chained into the stage), entry point `entry`, specialization data hashed `spec`: its
+    /// label is `entry@HASH` (`entry@HASH+SPEC` with specialization data), the same in every run
+    /// of the same program, unless the program names the pipeline.
+    pub fn created_pipeline(&mut self, pipeline: u64, entry: &str, code_hash: u64, spec: u64) {
+        let mut label = format!("{entry}@{:08x}", code_hash as u32);
+        if spec != 0 {
+            label.push_str(&format!("+{:04x}", spec as u16));
+        }
+        self.pipeline_labels.entry(pipeline).or_insert(label);
+    }
+
+    /// `vkSetDebugUtilsObjectNameEXT` on a pipeline.
+    pub fn name_pipeline(&mut self, pipeline: u64, name: String) {
+        self.pipeline_labels.insert(pipeline, name);
+        for c in self.cmds.values_mut() {
+            if c.pipeline == Some(pipeline) {
+                c.op_cache = None;
+            }
+        }
+    }
+
+    pub fn push_label(&mut self, cmd: u64, label: String) {
+        if let Some(c) = self.cmds.get_mut(&cmd) {
+            c.labels.push(label);
+            c.op_cache = None;
+        }
+    }
+
+    pub fn pop_label(&mut self, cmd: u64) {
+        if let Some(c) = self.cmds.get_mut(&cmd) {
+            c.labels.pop();
+            c.op_cache = None;
+        }
+    }
+
+    /// The op of a dispatch recorded now into `cmd`: labelled by the innermost debug-utils
+    /// label, else the bound pipeline's debug name, else its stable `entry@HASH` label.
+    pub fn dispatch_op_of(&mut self, cmd: u64) -> u32 {
+        if let Some(op) = self.cmds.get(&cmd).and_then(|c| c.op_cache) {
+            return op;
+        }
+        let op = {
+            let c = self.cmds.get(&cmd);
+            let label: &str = match c {
+                Some(c) => match (c.labels.last(), c.pipeline) {
+                    (Some(l), _) => l,
+                    (None, Some(p)) => self
+                        .pipeline_labels
+                        .get(&p)
+                        .map_or("dispatch", String::as_str),
+                    (None, None) => "dispatch",
+                },
+                None => "dispatch",
+            };
+            // Borrow juggling: the label lives in `self`, so look it up before inserting.
+            match self.dispatch_ops.get(label) {
+                Some(&id) => id,
+                None => {
+                    let owned = label.to_owned();
+                    self.dispatch_op(&owned)
+                }
+            }
+        };
+        if let Some(c) = self.cmds.get_mut(&cmd) {
+            c.op_cache = Some(op);
+        }
+        op
+    }
+
+    /// A timestamp pair for a dispatch recorded into `cmd` at the dispatch level: from its
+    /// current block, or the first of a new one. `None` when the pools are full (the caller
+    /// may add a pool and retry) or `cmd` cannot be timed.
+    pub fn dispatch_slot(&mut self, cmd: u64) -> Option<DispatchSlot> {
+        let c = self.cmds.get_mut(&cmd)?;
+        if let Some(&first) = c.blocks.last()
+            && c.block_used < BLOCK_PAIRS
+        {
+            c.block_used += 1;
+            return Some(DispatchSlot {
+                slot: first + c.block_used - 1,
+                reset: None,
+            });
+        }
+        let first = self.slots.take()?;
+        let c = self.cmds.get_mut(&cmd)?;
+        c.blocks.push(first);
+        c.block_used = 1;
+        Some(DispatchSlot {
+            slot: first,
+            reset: Some(first),
+        })
+    }
+
+    /// A stamp recorded into `cmd` (a dispatch's, or the command buffer's region).
+    pub fn add_stamp(&mut self, cmd: u64, stamp: Stamp, dispatch: bool) {
+        if let Some(c) = self.cmds.get_mut(&cmd) {
+            c.stamps.push(stamp);
+            if dispatch {
+                c.timed_dispatches += 1;
+            }
+        }
+    }
+
+    /// The slot of `cmd`'s command-buffer-level stamp (its first), if it has one.
+    pub fn command_buffer_stamp(&self, cmd: u64) -> Option<u32> {
+        self.cmds.get(&cmd)?.stamps.first().map(|s| s.slot)
+    }
+}

@@ -1,0 +1,355 @@
+//! Queues, submits and completion: what is in flight on each queue, what a wait or a poll
+//! proves finished, and the stamps to read back then.
+
+use super::*;
+
+/// A submission on a queue that no wait has proven complete yet.
+#[derive(Clone, Debug)]
+pub(super) struct Inflight {
+    sub: Submission,
+    cbs: Vec<u64>,
+    own: Option<Stamp>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct QueueInfo {
+    id: u32,
+    family: u32,
+    kind: u8,
+    /// Submits so far, and the newest one known complete.
+    submitted: u64,
+    completed: u64,
+    inflight: VecDeque<Inflight>,
+}
+
+/// What a returned wait or a successful poll proves finished.
+#[derive(Debug)]
+pub enum Completed<'a> {
+    Fences(&'a [u64]),
+    /// Timeline semaphores that reached at least these values.
+    Semaphores(&'a [(u64, u64)]),
+    Queue(u64),
+    Device,
+}
+
+impl DeviceState {
+    pub fn add_queue(&mut self, queue: u64, family: u32, index: u32) {
+        if self.queues.contains_key(&queue) {
+            return;
+        }
+        let transfer = self
+            .transfer_families
+            .get(family as usize)
+            .copied()
+            .unwrap_or(false);
+        let kind = if transfer {
+            QUEUE_TRANSFER
+        } else {
+            QUEUE_COMPUTE
+        };
+        let id = self.queues.len() as u32;
+        self.queues.insert(
+            queue,
+            QueueInfo {
+                id,
+                family,
+                kind,
+                ..QueueInfo::default()
+            },
+        );
+        self.announce.push(Announce::Queue {
+            id,
+            family,
+            index,
+            kind,
+        });
+    }
+
+    pub fn queue_family(&self, queue: u64) -> Option<u32> {
+        self.queues.get(&queue).map(|q| q.family)
+    }
+
+    // ---- submits ---------------------------------------------------------------------------
+
+    /// Read jobs for the command buffers of a submit that an earlier submission still holds
+    /// unread (it is complete: a command buffer is submitted again only once it is).
+    pub fn resubmitted(&mut self, batches: &[Vec<u64>]) -> Vec<ReadJob> {
+        let mut jobs = Vec::new();
+        for cmd in batches.iter().flatten() {
+            if let Some(j) = self.unread_of(*cmd) {
+                jobs.push(j);
+            }
+        }
+        jobs
+    }
+
+    /// Counts a `vkQueueSubmit` of `batches` (command buffer keys per batch) to `queue`, which
+    /// signals `fence` and the timeline semaphore values `signals` when done; `own` is the
+    /// layer's submit-level stamp when it wraps this submit. Returns the submission.
+    pub fn submit(
+        &mut self,
+        queue: u64,
+        batches: &[Vec<u64>],
+        fence: Option<u64>,
+        signals: &[(u64, u64)],
+        own: Option<Stamp>,
+    ) -> Submission {
+        if !self.queues.contains_key(&queue) {
+            // A queue the layer did not see handed out (another layer's): count it anyway.
+            self.add_queue(queue, 0, u32::MAX);
+        }
+        let level = self.level;
+        let index = self.group.counters.submits() as u32;
+        let group = self.next_group;
+        let Some(q) = self.queues.get_mut(&queue) else {
+            unreachable!("the queue was added above")
+        };
+        q.submitted += 1;
+        let sub = Submission {
+            queue,
+            seq: q.submitted,
+            group,
+            submit: index,
+            kind: q.kind,
+        };
+        let qid = q.id;
+        match q.kind {
+            QUEUE_TRANSFER => {
+                self.group.counters.submits_transfer += 1;
+                self.total.submits_transfer += 1;
+            }
+            _ => {
+                self.group.counters.submits_compute += 1;
+                self.total.submits_compute += 1;
+            }
+        }
+        self.group.signature = mix(self.group.signature, 0x5b_0000 | sub.kind as u64);
+        let mut cbs = Vec::new();
+        let (mut dispatches, mut untimed) = (0u64, 0u64);
+        for batch in batches {
+            self.group.signature = mix(self.group.signature, 0xba7c4);
+            for cmd in batch {
+                let Some(c) = self.cmds.get_mut(cmd) else {
+                    continue;
+                };
+                self.group.counters.add(&c.counters);
+                self.total.add(&c.counters);
+                self.group.signature = mix(self.group.signature, c.signature);
+                self.group.work = self.group.work.wrapping_add(c.work);
+                dispatches += c.counters.dispatches;
+                untimed += match level {
+                    Level::Off | Level::Submit => 0,
+                    Level::CommandBuffer if c.stamps.is_empty() => c.counters.dispatches,
+                    Level::CommandBuffer => 0,
+                    Level::Dispatch => c.counters.dispatches.saturating_sub(c.timed_dispatches),
+                };
+                if !c.stamps.is_empty() {
+                    c.unread = Some(sub);
+                }
+                cbs.push(*cmd);
+            }
+        }
+        if level == Level::Submit && own.is_none() {
+            untimed = dispatches;
+        }
+        if untimed > 0 {
+            self.group.untimed.push(RawUntimed(group, untimed));
+        }
+        let nbuf = cbs.len() as u64;
+        match self.group.queues.iter_mut().find(|w| w.0 == qid) {
+            Some(w) => {
+                w.1 += 1;
+                w.2 += nbuf;
+                w.3 += dispatches;
+            }
+            None => self
+                .group
+                .queues
+                .push(RawQueueWork(qid, 1, nbuf, dispatches)),
+        }
+        if let Some(f) = fence {
+            self.fences.insert(f, (queue, sub.seq));
+        }
+        for &(sem, value) in signals {
+            let list = self.timelines.entry(sem).or_default();
+            list.push((value, queue, sub.seq));
+            if list.len() > 64 {
+                // Signals nobody waits for on the host (a semaphore only the GPU waits on):
+                // forget those whose queue is known complete, and keep the list bounded.
+                let queues = &self.queues;
+                list.retain(|&(_, q, seq)| queues.get(&q).is_none_or(|qi| qi.completed < seq));
+                if list.len() > 4_096 {
+                    list.drain(..list.len() - 2_048);
+                }
+            }
+        }
+        let own = own.map(|s| Stamp {
+            covers: dispatches,
+            ..s
+        });
+        let timed = own.is_some()
+            || cbs
+                .iter()
+                .any(|c| self.cmds.get(c).is_some_and(|c| c.unread == Some(sub)));
+        if timed && let Some(q) = self.queues.get_mut(&queue) {
+            q.inflight.push_back(Inflight { sub, cbs, own });
+        }
+        sub
+    }
+
+    /// Read jobs for submissions that have been in flight so long that the list must shrink
+    /// (a program whose waits the layer cannot interpret): the oldest are read for whatever is
+    /// available.
+    pub fn overdue(&mut self) -> Vec<ReadJob> {
+        let mut jobs = Vec::new();
+        let over: Vec<u64> = self
+            .queues
+            .iter()
+            .filter(|(_, q)| q.inflight.len() > INFLIGHT_LIMIT)
+            .map(|(&k, _)| k)
+            .collect();
+        for queue in over {
+            let Some(q) = self.queues.get_mut(&queue) else {
+                continue;
+            };
+            let excess = q.inflight.len() - INFLIGHT_LIMIT / 2;
+            let old: Vec<Inflight> = q.inflight.drain(..excess).collect();
+            for f in old {
+                self.jobs_of(f, &mut jobs);
+            }
+        }
+        jobs
+    }
+
+    fn jobs_of(&mut self, f: Inflight, jobs: &mut Vec<ReadJob>) {
+        if let Some(own) = f.own {
+            jobs.push(ReadJob {
+                sub: f.sub,
+                stamps: vec![own],
+                own: true,
+            });
+        }
+        for cmd in f.cbs {
+            if self.cmds.get(&cmd).is_some_and(|c| c.unread == Some(f.sub))
+                && let Some(j) = self.unread_of(cmd)
+            {
+                jobs.push(j);
+            }
+        }
+    }
+
+    // ---- completion -------------------------------------------------------------------------
+
+    /// Work proven complete by a wait or a poll that returned success.
+    pub fn completed(&mut self, what: Completed<'_>) -> Vec<ReadJob> {
+        let mut marks: Vec<(u64, u64)> = Vec::new();
+        match what {
+            Completed::Fences(fs) => {
+                for f in fs {
+                    if let Some(&(q, seq)) = self.fences.get(f) {
+                        marks.push((q, seq));
+                    }
+                }
+            }
+            Completed::Semaphores(ss) => {
+                for &(sem, value) in ss {
+                    if let Some(list) = self.timelines.get_mut(&sem) {
+                        list.retain(|&(v, q, seq)| {
+                            if v <= value {
+                                marks.push((q, seq));
+                                false
+                            } else {
+                                true
+                            }
+                        });
+                    }
+                }
+            }
+            Completed::Queue(q) => {
+                if let Some(qi) = self.queues.get(&q) {
+                    marks.push((q, qi.submitted));
+                }
+            }
+            Completed::Device => {
+                for (&q, qi) in &self.queues {
+                    marks.push((q, qi.submitted));
+                }
+            }
+        }
+        let mut jobs = Vec::new();
+        for (q, seq) in marks {
+            let Some(qi) = self.queues.get_mut(&q) else {
+                continue;
+            };
+            if seq <= qi.completed {
+                continue;
+            }
+            qi.completed = seq;
+            let mut done = Vec::new();
+            while qi.inflight.front().is_some_and(|f| f.sub.seq <= seq) {
+                if let Some(f) = qi.inflight.pop_front() {
+                    done.push(f);
+                }
+            }
+            for f in done {
+                self.jobs_of(f, &mut jobs);
+            }
+        }
+        jobs
+    }
+
+    /// Everything still unread (at the device's destruction or the program's exit): read for
+    /// whatever is available.
+    pub fn all_unread(&mut self) -> Vec<ReadJob> {
+        let mut jobs = Vec::new();
+        let mut inflight = Vec::new();
+        for q in self.queues.values_mut() {
+            inflight.extend(q.inflight.drain(..));
+        }
+        inflight.sort_by_key(|f| (f.sub.group, f.sub.submit));
+        for f in inflight {
+            self.jobs_of(f, &mut jobs);
+        }
+        let mut rest: Vec<u64> = self
+            .cmds
+            .iter()
+            .filter(|(_, c)| c.unread.is_some())
+            .map(|(&k, _)| k)
+            .collect();
+        rest.sort_unstable();
+        for cmd in rest {
+            if let Some(j) = self.unread_of(cmd) {
+                jobs.push(j);
+            }
+        }
+        jobs
+    }
+
+    /// The driver's answer for a read job: `results[i]` is the (start, end) GPU ns of
+    /// `job.stamps[i]`, `None` where it was not available (then its dispatches are untimed).
+    pub fn read_done(&mut self, job: &ReadJob, results: &[Option<(u64, u64)>]) {
+        let mut untimed = 0;
+        for (s, r) in job.stamps.iter().zip(results) {
+            match r {
+                Some((a, b)) => self.group.gpu.push(RawGpuSpan(
+                    job.sub.group,
+                    job.sub.submit,
+                    s.op,
+                    job.sub.kind,
+                    *a,
+                    *b,
+                )),
+                None => {
+                    self.group.dropped += 1;
+                    untimed += s.covers;
+                }
+            }
+            if job.own {
+                self.slots.put(s.slot);
+            }
+        }
+        if untimed > 0 {
+            self.group.untimed.push(RawUntimed(job.sub.group, untimed));
+        }
+    }
+}

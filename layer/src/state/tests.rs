@@ -1,0 +1,235 @@
+use super::*;
+
+fn state(level: Level) -> DeviceState {
+    let mut s = DeviceState::new(0, level, 0);
+    s.timestamp_families = vec![true];
+    s.transfer_families = vec![false];
+    s.add_pool(1, 0);
+    s.add_queue(9, 0, 0);
+    if level != Level::Off {
+        s.timing = true;
+        s.slots.grow();
+    }
+    s
+}
+
+#[test]
+fn commands_count_at_every_submit() {
+    let mut s = state(Level::Off);
+    s.allocate_cmd(7, 1, false);
+    s.begin_cmd(7, 0);
+    s.bind_pipeline(7, 100);
+    s.record(7, Cmd::Dispatch);
+    s.record(7, Cmd::Barrier(2));
+    s.end_cmd(7, 5);
+    s.submit(9, &[vec![7]], Some(3), &[], None);
+    s.submit(9, &[vec![7]], Some(3), &[], None);
+    let c = s.group.counters;
+    assert_eq!(c.command_buffers_begun, 1);
+    assert_eq!(c.submits_compute, 2);
+    assert_eq!(c.dispatches, 2);
+    assert_eq!(c.barrier_calls, 2);
+    assert_eq!(c.memory_barriers, 4);
+    assert_eq!(c.pipeline_binds, 2);
+    assert_eq!(s.total, c);
+    assert_eq!(s.group.queues, vec![RawQueueWork(0, 2, 2, 2)]);
+}
+
+#[test]
+fn a_pool_reset_touches_the_command_buffers_begun_since_the_last_one() {
+    let mut s = state(Level::Off);
+    for k in [7, 8, 9] {
+        s.allocate_cmd(k, 1, false);
+    }
+    s.add_pool(2, 0);
+    s.allocate_cmd(20, 2, false);
+    s.begin_cmd(8, 0);
+    s.begin_cmd(8, 1);
+    s.begin_cmd(7, 2);
+    s.begin_cmd(20, 3);
+    assert_eq!(s.begun_in_pool(1), vec![7, 8]);
+    assert_eq!(s.begun_in_pool(1), Vec::<u64>::new());
+    s.begin_cmd(9, 4);
+    s.free_cmd(9);
+    s.begin_cmd(8, 5);
+    assert_eq!(s.begun_in_pool(1), vec![8]);
+    assert_eq!(s.begun_in_pool(2), vec![20]);
+}
+
+#[test]
+fn signatures_ignore_host_side_counts() {
+    let work = |s: &mut DeviceState, begin: bool| {
+        if begin {
+            s.begin_cmd(7, 0);
+            s.bind_pipeline(7, 100);
+            s.record(7, Cmd::Dispatch);
+            s.end_cmd(7, 1);
+        }
+        s.submit(9, &[vec![7]], None, &[], None);
+        let sig = s.group.signature;
+        s.close_group("fence", 2);
+        sig
+    };
+    let mut s = state(Level::Off);
+    s.allocate_cmd(7, 1, false);
+    let first = work(&mut s, true);
+    let replay = work(&mut s, false);
+    assert_eq!(first, replay);
+}
+
+#[test]
+fn labels_then_names_then_stable_pipeline_labels() {
+    let mut s = state(Level::Dispatch);
+    s.allocate_cmd(7, 1, false);
+    s.begin_cmd(7, 0);
+    s.created_pipeline(100, "main", 0x1234_5678_9abc, 0);
+    s.bind_pipeline(7, 100);
+    let op = s.dispatch_op_of(7);
+    assert_eq!(
+        s.announce.last(),
+        Some(&Announce::Op {
+            id: op,
+            label: "main@56789abc".into(),
+            kind: "dispatch"
+        })
+    );
+    s.name_pipeline(100, "matvec".into());
+    let named = s.dispatch_op_of(7);
+    assert_ne!(named, op);
+    s.push_label(7, "L0.q_proj".into());
+    let labelled = s.dispatch_op_of(7);
+    assert!(matches!(s.announce.last(), Some(Announce::Op { label, .. }) if label == "L0.q_proj"));
+    s.pop_label(7);
+    assert_eq!(s.dispatch_op_of(7), named);
+    assert_ne!(labelled, named);
+    // Specialization data distinguishes pipelines of one module.
+    s.created_pipeline(101, "main", 0x1234_5678_9abc, 0xbeef);
+    s.bind_pipeline(7, 101);
+    s.dispatch_op_of(7);
+    assert!(
+        matches!(s.announce.last(), Some(Announce::Op { label, .. }) if label == "main@56789abc+beef")
+    );
+}
+
+/// Records `n` timed dispatches into command buffer 7 and submits it.
+fn timed_token(s: &mut DeviceState, n: u32, fence: u64) -> Submission {
+    s.begin_cmd(7, 0);
+    s.bind_pipeline(7, 100);
+    for _ in 0..n {
+        s.record(7, Cmd::Dispatch);
+        let slot = s.dispatch_slot(7).expect("a slot");
+        let op = s.dispatch_op_of(7);
+        s.add_stamp(
+            7,
+            Stamp {
+                slot: slot.slot,
+                op,
+                covers: 1,
+            },
+            true,
+        );
+    }
+    s.end_cmd(7, 1);
+    s.submit(9, &[vec![7]], Some(fence), &[], None)
+}
+
+#[test]
+fn a_fence_wait_reads_every_stamp_of_its_submission_and_blocks_hold_32() {
+    let mut s = state(Level::Dispatch);
+    s.allocate_cmd(7, 1, false);
+    let sub = timed_token(&mut s, 40, 3);
+    let jobs = s.completed(Completed::Fences(&[3]));
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].sub, sub);
+    assert_eq!(jobs[0].stamps.len(), 40);
+    let slots: Vec<u32> = jobs[0].stamps.iter().map(|s| s.slot).collect();
+    // Two blocks: 32 consecutive pairs, then 8 of the next block.
+    assert_eq!(slots[31] - slots[0], 31);
+    assert_eq!(slots[39] - slots[32], 7);
+    s.read_done(&jobs[0], &vec![Some((1, 2)); 40]);
+    assert_eq!(s.group.gpu.len(), 40);
+    assert!(s.group.untimed.is_empty());
+    // Read once only.
+    assert!(s.completed(Completed::Device).is_empty());
+}
+
+#[test]
+fn a_command_buffer_recorded_again_gives_up_its_unread_stamps_first() {
+    // The program learnt of the completion in a way the layer did not see (a poll, a
+    // binary semaphore): the stamps are read when the command buffer is reused.
+    let mut s = state(Level::Dispatch);
+    s.allocate_cmd(7, 1, false);
+    timed_token(&mut s, 3, 3);
+    let job = s.unread_of(7).expect("unread stamps");
+    assert_eq!(job.stamps.len(), 3);
+    s.read_done(&job, &[Some((1, 2)), None, Some((3, 4))]);
+    assert_eq!(s.group.gpu.len(), 2);
+    assert_eq!(s.group.untimed, vec![RawUntimed(0, 1)]);
+    // The queue's later completion finds nothing left to read.
+    timed_token(&mut s, 3, 4);
+    let jobs = s.completed(Completed::Fences(&[3]));
+    assert!(jobs.is_empty(), "{jobs:?}");
+    assert_eq!(s.completed(Completed::Fences(&[4])).len(), 1);
+}
+
+#[test]
+fn timeline_semaphore_values_complete_their_submissions() {
+    let mut s = state(Level::Dispatch);
+    s.allocate_cmd(7, 1, false);
+    s.begin_cmd(7, 0);
+    s.record(7, Cmd::Dispatch);
+    let slot = s.dispatch_slot(7).expect("slot");
+    s.add_stamp(
+        7,
+        Stamp {
+            slot: slot.slot,
+            op: 0,
+            covers: 1,
+        },
+        true,
+    );
+    s.end_cmd(7, 1);
+    s.submit(9, &[vec![7]], None, &[(55, 10)], None);
+    assert!(s.completed(Completed::Semaphores(&[(55, 9)])).is_empty());
+    assert_eq!(s.completed(Completed::Semaphores(&[(55, 10)])).len(), 1);
+}
+
+#[test]
+fn untimed_dispatches_are_counted() {
+    // A secondary command buffer's dispatches cannot be timed at the dispatch level.
+    let mut s = state(Level::Dispatch);
+    s.allocate_cmd(8, 1, true);
+    s.allocate_cmd(7, 1, false);
+    s.begin_cmd(8, 0);
+    s.record(8, Cmd::Dispatch);
+    s.record(8, Cmd::Dispatch);
+    s.end_cmd(8, 0);
+    s.begin_cmd(7, 0);
+    s.execute_secondaries(7, &[8]);
+    s.end_cmd(7, 0);
+    s.submit(9, &[vec![7]], None, &[], None);
+    assert_eq!(s.group.untimed, vec![RawUntimed(0, 2)]);
+    // A submit the submit level could not wrap.
+    let mut s = state(Level::Submit);
+    s.allocate_cmd(7, 1, false);
+    s.begin_cmd(7, 0);
+    s.record(7, Cmd::Dispatch);
+    s.end_cmd(7, 0);
+    s.submit(9, &[vec![7]], None, &[], None);
+    assert_eq!(s.group.untimed, vec![RawUntimed(0, 1)]);
+}
+
+#[test]
+fn whole_size_ranges_run_to_the_end_of_the_map() {
+    let mut s = state(Level::Off);
+    s.map(5, 256, 1024);
+    assert_eq!(s.range_bytes(5, 512, u64::MAX), 768);
+    assert_eq!(s.range_bytes(5, 512, 64), 64);
+}
+
+#[test]
+fn code_hashes_are_stable() {
+    assert_eq!(hash_bytes(b"spirv"), hash_bytes(b"spirv"));
+    assert_ne!(hash_bytes(b"spirv"), hash_bytes(b"spirw"));
+    assert_ne!(hash_bytes(&[0; 8]), hash_bytes(&[0; 16]));
+}
