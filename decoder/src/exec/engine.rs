@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range as StdRange;
 
 use anyhow::{Context as _, anyhow, bail};
-use profiler::trace::{ClockMeta, GpuSpan, OpInfo, TokenRecord};
+use profiler::trace::{ClockMeta, GpuSpan, OpInfo};
 
 use super::kernels::{RowParams, prompt_rows};
 use super::knobs::Knobs;
@@ -141,7 +141,7 @@ pub struct Engine {
     chain: chain::Chain,
     ops: Vec<OpInfo>,
     op_index: HashMap<String, u32>,
-    records: Vec<TokenRecord>,
+    records: records::RecordLog,
     /// Barrier tracking: ranges (buffer, offset, bytes, written) touched since the last barrier.
     track: Vec<(Buf, u64, u64, bool)>,
     epoch_ns: u64,
@@ -270,7 +270,7 @@ impl Engine {
             chain: chain::Chain::default(),
             ops: Vec::new(),
             op_index: HashMap::new(),
-            records: Vec::new(),
+            records: records::RecordLog::default(),
             track: Vec::new(),
             epoch_ns,
             clock: ClockMeta {
@@ -439,12 +439,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Forgets the step records from `len` on (the bench rewinds the decode steps of one
-    /// setting before it measures the next on the same prompt).
-    pub fn truncate_records(&mut self, len: usize) {
-        self.records.truncate(len);
-    }
-
     /// The block tables of the paged layout (empty rows for the others).
     pub fn block_tables(&self) -> &BlockTables {
         &self.tables
@@ -462,11 +456,6 @@ impl Engine {
     pub fn ops(&self) -> &[OpInfo] {
         &self.ops
     }
-    /// The trace records of the steps run so far.
-    pub fn records(&self) -> &[TokenRecord] {
-        &self.records
-    }
-
     /// Makes the block tables cover `rows` (paged layout), writing changed rows to the device.
     fn ensure_blocks(&mut self, rows: &[RowParams]) -> anyhow::Result<()> {
         if self.kv.geo.kind != KvKind::Paged {
@@ -561,7 +550,7 @@ impl Engine {
             counters,
             gpu_spans,
             gpu_busy,
-        });
+        })?;
         Ok(outs)
     }
 

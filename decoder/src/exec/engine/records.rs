@@ -1,15 +1,85 @@
-//! The trace record of each step that ran: counters, host spans, GPU spans on the host timeline.
+//! The trace record of each step that ran (counters, host spans, GPU spans on the host
+//! timeline) and where the records go: kept whole in memory, or streamed into a trace file.
 
-use profiler::trace::{GpuSpan, Phase, TokenRecord};
+use anyhow::Context as _;
+use profiler::io::{StagedOutput, TraceWriter};
+use profiler::trace::{GpuSpan, Meta, Phase, TokenRecord};
 
 use super::{Engine, Prepared, StepRun};
 use crate::exec::attention::gather_bytes;
 use crate::exec::kernels::RowParams;
 use crate::exec::program::StepKind;
 
+/// Where the trace records of the steps that ran go. By default each record is kept whole in
+/// memory (the bench rewinds them, the tests read their spans). Once [`Engine::stream_records`]
+/// hands it a writer, each record is written to the trace as its step finishes and kept without
+/// its host and GPU spans (the counters and times the summaries read: a few hundred bytes a
+/// step, where a dispatch-level record is tens of kilobytes), so a long capture's memory does
+/// not grow with its trace.
+#[derive(Debug, Default)]
+pub(super) struct RecordLog {
+    kept: Vec<TokenRecord>,
+    stream: Option<TraceWriter>,
+}
+
+impl RecordLog {
+    fn push(&mut self, mut record: TokenRecord) -> anyhow::Result<()> {
+        if let Some(out) = &mut self.stream {
+            out.push(&record)
+                .context("cannot write the step's trace record")?;
+            strip_spans(&mut record);
+        }
+        self.kept.push(record);
+        Ok(())
+    }
+}
+
+/// A record without its host and GPU spans (what a streamed log keeps in memory).
+fn strip_spans(record: &mut TokenRecord) {
+    record.host_spans = Vec::new();
+    record.gpu_spans = Vec::new();
+}
+
 impl Engine {
+    /// The trace records of the steps run so far; once streaming
+    /// ([`Engine::stream_records`]), those written to the trace carry no host or GPU spans.
+    pub fn records(&self) -> &[TokenRecord] {
+        &self.records.kept
+    }
+
+    /// Forgets the step records from `len` on (the bench rewinds the decode steps of one
+    /// setting before it measures the next on the same prompt). Records already streamed into a
+    /// trace stay in it: rewinding is for the in-memory log.
+    pub fn truncate_records(&mut self, len: usize) {
+        self.records.kept.truncate(len);
+    }
+
+    /// Writes every step's record into `out` as the step finishes, from now on (the records
+    /// kept so far first); [`Engine::finish_stream`] completes the trace.
+    pub fn stream_records(&mut self, mut out: TraceWriter) -> anyhow::Result<()> {
+        for record in &mut self.records.kept {
+            out.push(record)
+                .context("cannot write a step's trace record")?;
+            strip_spans(record);
+        }
+        self.records.stream = Some(out);
+        Ok(())
+    }
+
+    /// Completes the trace that [`Engine::stream_records`] started with `meta` and the ops of
+    /// every step so far, and returns it staged beside its path, to be renamed into place by
+    /// [`StagedOutput::commit`]. The engine keeps its records in memory again afterwards.
+    pub fn finish_stream(&mut self, meta: &Meta) -> anyhow::Result<StagedOutput> {
+        let out = self
+            .records
+            .stream
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("internal: no trace is being streamed"))?;
+        Ok(out.finish(meta, &self.ops)?)
+    }
+
     /// Appends the trace record of a step that ran.
-    pub(super) fn push_record(&mut self, r: StepRun<'_>) {
+    pub(super) fn push_record(&mut self, r: StepRun<'_>) -> anyhow::Result<()> {
         let StepRun {
             kind,
             rows,
@@ -51,7 +121,7 @@ impl Engine {
             StepKind::Decode => Phase::Decode,
         };
         self.records.push(TokenRecord {
-            index: self.records.len() as u32,
+            index: self.records.kept.len() as u32,
             phase,
             position: rows.first().map_or(0, |r| r.pos),
             n_tokens: rows.len() as u32,
@@ -66,7 +136,7 @@ impl Engine {
             host_spans: log.spans,
             gpu_spans,
             gpu_untimed: 0,
-        });
+        })
     }
 
     /// Converts raw timestamps to GPU spans on the host timeline (relative to the epoch) and the
