@@ -34,23 +34,26 @@
 //! `bytes_to_device` and `bytes_from_device` in `meta.capture.unknown_counters`.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 mod raw;
+mod records;
 mod steps;
+
+pub use records::StepStream;
 
 pub use raw::{
     LIVE_BYTES, LIVE_MAGIC, LIVE_SLOTS, LIVE_WORDS, LiveDevice, RAW_VERSION, RawCapture, RawDevice,
     RawGpuSpan, RawGroup, RawOp, RawProcess, RawQueue, RawQueueWork, RawRecord, RawUntimed,
-    parse_live, parse_raw,
+    parse_live, parse_raw, read_raw,
 };
 pub use steps::{
     Anchor, MIN_REPEATS, Period, Segmentation, StepRule, extend_by_work, find_period, segment,
 };
 
 use crate::trace::{
-    CaptureMeta, CaptureQueue, CaptureTail, Counters, FORMAT_NAME, FORMAT_VERSION, GpuSpan,
-    HostSpan, Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace,
-    UNKNOWN,
+    CaptureMeta, CaptureQueue, CaptureTail, Counters, FORMAT_NAME, FORMAT_VERSION, Knobs, Meta,
+    ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace, UNKNOWN,
 };
 
 /// Everything `profiler record` knows about the program it ran.
@@ -86,6 +89,12 @@ pub enum CaptureError {
          reads format {RAW_VERSION}; rebuild the layer and the profiler together"
     )]
     Version { file: String, found: u32 },
+    #[error("cannot read the raw capture {file}: {err}")]
+    Read {
+        file: String,
+        /// In the message, so not a `#[source]`.
+        err: std::io::Error,
+    },
     #[error("the raw capture {file} is not valid at line {line}: {message}")]
     Invalid {
         file: String,
@@ -95,302 +104,385 @@ pub enum CaptureError {
 }
 
 /// Turns the raw captures of one program run into a trace of its busiest device (the one with
-/// the most submits).
+/// the most submits), in memory. [`Plan::new`] and [`StepStream`] do the same one group at a
+/// time, for a trace written as it is built (`profiler record`).
 pub fn build_trace(
     raws: &[RawCapture],
     run: &ProgramRun,
     rule: StepRule,
     kinds: &crate::kinds::KindRules,
 ) -> Result<Trace, CaptureError> {
-    let loaded: Vec<&RawCapture> = raws.iter().filter(|r| r.process.is_some()).collect();
-    if loaded.is_empty() {
-        return Err(CaptureError::NoVulkan {
-            program: run.program.clone(),
-        });
-    }
-    // (raw file, device) with the most submits.
-    let mut best: Option<(usize, u32, u64)> = None;
-    let mut seen = Vec::new();
-    for (fi, r) in loaded.iter().enumerate() {
-        for d in &r.devices {
-            let submits: u64 = r
-                .groups
-                .iter()
-                .filter(|g| g.device == d.device)
-                .map(|g| g.counters.submits())
-                .sum();
-            seen.push(format!(
-                "{} (pid {}, {submits} submits)",
-                d.info.name,
-                r.process.as_ref().map_or(0, |p| p.pid)
-            ));
-            if best.is_none_or(|(_, _, s)| submits > s) {
-                best = Some((fi, d.device, submits));
-            }
-        }
-    }
-    let Some((fi, dev, _)) = best else {
-        return Err(CaptureError::NoDevice {
-            program: run.program.clone(),
-        });
+    let heads: Vec<RawHeads> = raws.iter().map(RawHeads::of).collect();
+    let plan = Plan::new(&heads, run, rule, kinds)?;
+    let mut tokens = Vec::new();
+    let mut stream = StepStream::new(&plan);
+    let mut keep = |t: TokenRecord| -> Result<(), CaptureError> {
+        tokens.push(t);
+        Ok(())
     };
-    let raw = loaded[fi];
-    let device = raw
-        .devices
-        .iter()
-        .find(|d| d.device == dev)
-        .cloned()
-        .unwrap_or_default();
-    let process = raw.process.clone().unwrap_or_default();
-    let groups: Vec<&RawGroup> = raw.groups.iter().filter(|g| g.device == dev).collect();
-    if groups.is_empty() {
-        return Err(CaptureError::NoWork {
-            program: run.program.clone(),
-            device: device.info.name.clone(),
-        });
+    for g in raws[plan.file()].groups.iter() {
+        stream.feed(g, &mut keep)?;
     }
-
-    // Ops of this device, renumbered densely in id order.
-    let mut op_index: BTreeMap<u32, u32> = BTreeMap::new();
-    let mut ops: Vec<OpInfo> = Vec::new();
-    let mut dev_ops: Vec<&RawOp> = raw.ops.iter().filter(|o| o.device == dev).collect();
-    dev_ops.sort_by_key(|o| o.id);
-    for o in dev_ops {
-        op_index.insert(o.id, ops.len() as u32);
-        ops.push(OpInfo {
-            label: o.label.clone(),
-            // A dispatch gets the kind of the first op-kind rule its label matches.
-            kind: kinds.classify(&o.label, &o.kind).to_owned(),
-            ..OpInfo::default()
-        });
-    }
-
-    let signatures: Vec<u64> = groups.iter().map(|g| g.signature).collect();
-    let work: Vec<u64> = groups.iter().map(|g| g.work_signature).collect();
-    let has_work: Vec<bool> = groups.iter().map(|g| g.counters.submits() > 0).collect();
-    // Work the live file saw submitted after the last group the layer wrote: the open group of
-    // a program that died between two waits.
-    let live = raw.live.iter().find(|l| l.device == dev);
-    let mut written = Counters::default();
-    for g in &groups {
-        written.add(&g.counters);
-    }
-    let unwritten = live.map_or(Counters::default(), |l| l.counters.saturating_sub(&written));
-    let open_work = unwritten.submits() > 0 || unwritten.dispatches > 0;
-    let cut = run.signal.is_some() || raw.truncated || open_work;
-    let anchor = if cut { Anchor::Start } else { Anchor::End };
-    let seg = segment(&signatures, &work, &has_work, rule, anchor);
-
-    // GPU spans and untimed dispatches are reported at a later wait than the one that ends
-    // their submit's group.
-    let mut spans_of: BTreeMap<u64, Vec<RawGpuSpan>> = BTreeMap::new();
-    let mut untimed_of: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut dropped = 0u64;
-    for g in &groups {
-        dropped += g.dropped_timestamps;
-        for s in &g.gpu_spans {
-            spans_of.entry(s.0).or_default().push(*s);
-        }
-        for u in &g.untimed {
-            *untimed_of.entry(u.0).or_default() += u.1;
-        }
-    }
-    let untimed_dispatches: u64 = untimed_of.values().sum();
-    let epoch = groups.first().map_or(0, |g| g.start_ns);
-    let rel = |t: u64| t.saturating_sub(epoch);
-    let timestamps_on = device.timestamps != "off";
-    let calibrated = device.clock.calibrated;
-    let mut tokens = Vec::with_capacity(seg.steps.len());
-    let mut decode_index = 0u32;
-    for (phase, range) in &seg.steps {
-        let gs = &groups[range.clone()];
-        let (Some(first), Some(last)) = (gs.first(), gs.last()) else {
-            continue;
-        };
-        let start = first.start_ns;
-        let wall = last.end_ns.saturating_sub(start);
-        let mut counters = Counters::default();
-        let mut host_spans = vec![HostSpan("token".into(), rel(start), wall, 0)];
-        let mut raw_spans: Vec<(RawGpuSpan, u32)> = Vec::new();
-        let mut submits_before = 0u32;
-        let mut wait_ns = 0u64;
-        let mut gpu_untimed = 0u64;
-        for g in gs {
-            counters.add(&g.counters);
-            gpu_untimed += untimed_of.get(&g.index).copied().unwrap_or(0);
-            for h in &g.host_spans {
-                if h.0 == "wait" {
-                    wait_ns += h.2;
-                }
-                host_spans.push(HostSpan(h.0.clone(), rel(h.1), h.2, h.3));
-            }
-            if let Some(v) = spans_of.get(&g.index) {
-                raw_spans.extend(v.iter().map(|s| (*s, s.1 + submits_before)));
-            }
-            submits_before += g.counters.submits() as u32;
-        }
-        let gpu_spans = place_gpu_spans(
-            &raw_spans,
-            &op_index,
-            if calibrated {
-                Some(device.clock.gpu_minus_host_ns)
-            } else {
-                None
-            },
-            epoch,
-            start,
-            last.end_ns,
-        );
-        let gpu_busy_ns = timestamps_on.then(|| crate::stats::union_ns(&gpu_spans));
-        let position = match phase {
-            Phase::Prefill => 0,
-            Phase::Decode => {
-                decode_index += 1;
-                decode_index - 1
-            }
-        };
-        tokens.push(TokenRecord {
-            index: tokens.len() as u32,
-            phase: *phase,
-            position,
-            n_tokens: 1,
-            kv_len: 0,
-            token_id: None,
-            start_ns: rel(start),
-            wall_ns: wall,
-            host_enqueue_ns: wall.saturating_sub(wait_ns),
-            host_wait_ns: wait_ns,
-            gpu_busy_ns,
-            counters,
-            host_spans,
-            gpu_spans,
-            gpu_untimed,
-        });
-    }
-
-    let mut epilogue = Counters::default();
-    let mut epilogue_wall_ns = 0;
-    let mut tail = None;
-    let ended = match (run.exit_code, run.signal) {
-        (_, Some(s)) => format!("the program was ended by signal {s}"),
-        (Some(c), None) => format!("the program exited with status {c}"),
-        (None, None) => "the program's end is unknown".into(),
-    };
-    if cut {
-        // A run cut short: what follows the last whole step, and what the live file saw
-        // submitted after the last record, is its tail.
-        let after = &groups[seg.epilogue.clone()];
-        let mut counters = unwritten;
-        for g in after {
-            counters.add(&g.counters);
-        }
-        let from = tokens
-            .last()
-            .map_or(epoch, |t| epoch + t.start_ns + t.wall_ns);
-        let last = after
-            .last()
-            .map_or(from, |g| g.end_ns)
-            .max(live.map_or(0, |l| l.last_submit_ns));
-        if counters != Counters::default() {
-            tail = Some(CaptureTail {
-                reason: format!(
-                    "{ended} before this work's wait group ended: {} wait group(s) after the \
-                     last step{}",
-                    after.len(),
-                    if open_work {
-                        ", and work submitted after the last wait"
-                    } else {
-                        ""
-                    }
-                ),
-                wait_groups: after.len() as u64 + u64::from(open_work),
-                counters,
-                wall_ns: last.saturating_sub(from),
-            });
-        }
-    } else if let (Some(a), Some(b)) = (
-        groups.get(seg.epilogue.start),
-        seg.epilogue.end.checked_sub(1).and_then(|i| groups.get(i)),
-    ) {
-        for g in &groups[seg.epilogue.clone()] {
-            epilogue.add(&g.counters);
-        }
-        epilogue_wall_ns = b.end_ns.saturating_sub(a.start_ns);
-    }
-    // Every queue of every device, with what was submitted to it (groups, plus a cut run's
-    // unwritten work on the traced device's only queue, where there is one).
-    let mut queues: Vec<CaptureQueue> = Vec::new();
-    for r in &loaded {
-        for q in &r.queues {
-            let name = r
-                .devices
-                .iter()
-                .find(|d| d.device == q.device)
-                .map_or(String::new(), |d| d.info.name.clone());
-            let mut cq = CaptureQueue {
-                device: q.device,
-                device_name: name,
-                family: q.family,
-                index: q.index,
-                kind: q.kind.clone(),
-                ..CaptureQueue::default()
-            };
-            for g in r.groups.iter().filter(|g| g.device == q.device) {
-                for w in g.queues.iter().filter(|w| w.0 == q.id) {
-                    cq.submits += w.1;
-                    cq.command_buffers += w.2;
-                    cq.dispatches += w.3;
-                }
-            }
-            queues.push(cq);
-        }
-    }
-    queues.retain(|q| q.submits > 0);
-    let complete = run.exit_code == Some(0) && !raw.truncated && tail.is_none();
-    let mut notes = Vec::new();
-    match (run.exit_code, run.signal) {
-        (Some(0), _) => {}
-        (Some(c), _) => notes.push(format!(
-            "the program exited with status {c}: the trace holds what it did until then"
-        )),
-        (None, Some(s)) => notes.push(format!(
-            "the program was ended by signal {s}{}: the trace holds what it did until then",
-            if run.interrupted { " after Ctrl-C" } else { "" }
-        )),
-        (None, None) => notes.push("the program's exit status is unknown".into()),
-    }
-    if raw.truncated {
-        notes.push(format!(
-            "the layer's last record in {} was cut short and is left out",
-            raw.file
-        ));
-    }
-    if let Some(t) = &tail {
-        notes.push(format!(
-            "the last {} dispatch(es) and {} submit(s) ran after the last complete step and are \
-             in meta.capture.tail, not in a step",
-            t.counters.dispatches,
-            t.counters.submits()
-        ));
-    }
-    if timestamps_on && untimed_dispatches > 0 {
-        notes.push(format!(
-            "{untimed_dispatches} dispatch(es) have no GPU span (gpu_untimed in their steps): \
-             GPU time and the op table cover the rest"
-        ));
-    }
-    if seen.len() > 1 {
-        notes.push(format!(
-            "devices seen: {}; this trace is of the busiest",
-            seen.join(", ")
-        ));
-    }
-    let decode_steps = tokens.iter().filter(|t| t.phase == Phase::Decode).count() as u32;
-    let unknown = || UNKNOWN.to_owned();
+    stream.finish(&mut keep)?;
+    let (meta, ops) = plan.into_parts();
     Ok(Trace {
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
-        meta: Meta {
+        meta,
+        ops,
+        tokens,
+    })
+}
+
+/// A raw file without the spans of its groups: what [`Plan::new`] reads.
+#[derive(Clone, Debug, Default)]
+pub struct RawHeads {
+    /// Every record but the groups (`groups` is empty).
+    pub raw: RawCapture,
+    /// The groups, every device's, in file order.
+    pub groups: Vec<GroupHead>,
+}
+
+impl RawHeads {
+    /// The heads of a file parsed whole.
+    pub fn of(raw: &RawCapture) -> RawHeads {
+        RawHeads {
+            raw: RawCapture {
+                file: raw.file.clone(),
+                process: raw.process.clone(),
+                devices: raw.devices.clone(),
+                ops: raw.ops.clone(),
+                queues: raw.queues.clone(),
+                groups: Vec::new(),
+                truncated: raw.truncated,
+                live: raw.live.clone(),
+            },
+            groups: raw.groups.iter().map(GroupHead::of).collect(),
+        }
+    }
+}
+
+/// A wait group without its host and GPU spans (a few hundred bytes, where a group with its
+/// spans at `dispatch` level is tens of kilobytes).
+#[derive(Clone, Debug, Default)]
+pub struct GroupHead {
+    pub device: u32,
+    pub index: u64,
+    pub signature: u64,
+    pub work_signature: u64,
+    pub counters: Counters,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub dropped_timestamps: u64,
+    pub untimed: Vec<RawUntimed>,
+    pub queues: Vec<RawQueueWork>,
+    /// The groups (by index) whose GPU spans this group reported, each once.
+    pub spans_for: Vec<u64>,
+}
+
+impl GroupHead {
+    pub fn of(g: &RawGroup) -> GroupHead {
+        let mut spans_for: Vec<u64> = g.gpu_spans.iter().map(|s| s.0).collect();
+        spans_for.sort_unstable();
+        spans_for.dedup();
+        GroupHead {
+            device: g.device,
+            index: g.index,
+            signature: g.signature,
+            work_signature: g.work_signature,
+            counters: g.counters,
+            start_ns: g.start_ns,
+            end_ns: g.end_ns,
+            dropped_timestamps: g.dropped_timestamps,
+            untimed: g.untimed.clone(),
+            queues: g.queues.clone(),
+            spans_for,
+        }
+    }
+}
+
+/// Everything about the trace of a program run except its step records: the device traced, its
+/// ops, the steps as ranges of its wait groups, and the metadata. Made from the groups' heads
+/// alone, so the raw files need not be held in memory whole.
+#[derive(Debug)]
+pub struct Plan {
+    file: usize,
+    device: u32,
+    meta: Meta,
+    ops: Vec<OpInfo>,
+    op_index: BTreeMap<u32, u32>,
+    /// Steps over the traced device's groups (positions in its group order).
+    steps: Vec<(Phase, Range<usize>)>,
+    /// Per step: the position of the last group whose spans it needs (its GPU spans are read
+    /// back at later waits).
+    ready_at: Vec<usize>,
+    untimed_of: BTreeMap<u64, u64>,
+    epoch: u64,
+    gpu_minus_host_ns: Option<i64>,
+    timestamps_on: bool,
+}
+
+impl Plan {
+    /// The plan of the trace of `raws`' busiest device (the one with the most submits).
+    pub fn new(
+        raws: &[RawHeads],
+        run: &ProgramRun,
+        rule: StepRule,
+        kinds: &crate::kinds::KindRules,
+    ) -> Result<Plan, CaptureError> {
+        let loaded: Vec<(usize, &RawHeads)> = raws
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.raw.process.is_some())
+            .collect();
+        if loaded.is_empty() {
+            return Err(CaptureError::NoVulkan {
+                program: run.program.clone(),
+            });
+        }
+        // (raw file, device) with the most submits.
+        let mut best: Option<(usize, u32, u64)> = None;
+        let mut seen = Vec::new();
+        for &(fi, r) in &loaded {
+            for d in &r.raw.devices {
+                let submits: u64 = r
+                    .groups
+                    .iter()
+                    .filter(|g| g.device == d.device)
+                    .map(|g| g.counters.submits())
+                    .sum();
+                seen.push(format!(
+                    "{} (pid {}, {submits} submits)",
+                    d.info.name,
+                    r.raw.process.as_ref().map_or(0, |p| p.pid)
+                ));
+                if best.is_none_or(|(_, _, s)| submits > s) {
+                    best = Some((fi, d.device, submits));
+                }
+            }
+        }
+        let Some((fi, dev, _)) = best else {
+            return Err(CaptureError::NoDevice {
+                program: run.program.clone(),
+            });
+        };
+        let heads = &raws[fi];
+        let raw = &heads.raw;
+        let device = raw
+            .devices
+            .iter()
+            .find(|d| d.device == dev)
+            .cloned()
+            .unwrap_or_default();
+        let process = raw.process.clone().unwrap_or_default();
+        let groups: Vec<&GroupHead> = heads.groups.iter().filter(|g| g.device == dev).collect();
+        if groups.is_empty() {
+            return Err(CaptureError::NoWork {
+                program: run.program.clone(),
+                device: device.info.name.clone(),
+            });
+        }
+
+        // Ops of this device, renumbered densely in id order.
+        let mut op_index: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut ops: Vec<OpInfo> = Vec::new();
+        let mut dev_ops: Vec<&RawOp> = raw.ops.iter().filter(|o| o.device == dev).collect();
+        dev_ops.sort_by_key(|o| o.id);
+        for o in dev_ops {
+            op_index.insert(o.id, ops.len() as u32);
+            ops.push(OpInfo {
+                label: o.label.clone(),
+                // A dispatch gets the kind of the first op-kind rule its label matches.
+                kind: kinds.classify(&o.label, &o.kind).to_owned(),
+                ..OpInfo::default()
+            });
+        }
+
+        let signatures: Vec<u64> = groups.iter().map(|g| g.signature).collect();
+        let work: Vec<u64> = groups.iter().map(|g| g.work_signature).collect();
+        let has_work: Vec<bool> = groups.iter().map(|g| g.counters.submits() > 0).collect();
+        // Work the live file saw submitted after the last group the layer wrote: the open group of
+        // a program that died between two waits.
+        let live = raw.live.iter().find(|l| l.device == dev);
+        let mut written = Counters::default();
+        for g in &groups {
+            written.add(&g.counters);
+        }
+        let unwritten = live.map_or(Counters::default(), |l| l.counters.saturating_sub(&written));
+        let open_work = unwritten.submits() > 0 || unwritten.dispatches > 0;
+        let cut = run.signal.is_some() || raw.truncated || open_work;
+        let anchor = if cut { Anchor::Start } else { Anchor::End };
+        let seg = segment(&signatures, &work, &has_work, rule, anchor);
+
+        // GPU spans and untimed dispatches are reported at a later wait than the one that ends
+        // their submit's group.
+        let mut untimed_of: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut dropped = 0u64;
+        for g in &groups {
+            dropped += g.dropped_timestamps;
+            for u in &g.untimed {
+                *untimed_of.entry(u.0).or_default() += u.1;
+            }
+        }
+        let untimed_dispatches: u64 = untimed_of.values().sum();
+        let epoch = groups.first().map_or(0, |g| g.start_ns);
+        let timestamps_on = device.timestamps != "off";
+        let calibrated = device.clock.calibrated;
+        // A step's GPU spans are complete once the last group that reports one of them is read.
+        let position_of: BTreeMap<u64, usize> = groups
+            .iter()
+            .enumerate()
+            .map(|(p, g)| (g.index, p))
+            .collect();
+        let mut last_report: Vec<usize> = (0..groups.len()).collect();
+        for (q, g) in groups.iter().enumerate() {
+            for i in &g.spans_for {
+                if let Some(&p) = position_of.get(i) {
+                    last_report[p] = last_report[p].max(q);
+                }
+            }
+        }
+        let ready_at: Vec<usize> = seg
+            .steps
+            .iter()
+            .map(|(_, r)| {
+                last_report[r.clone()]
+                    .iter()
+                    .copied()
+                    .max()
+                    .unwrap_or(r.start)
+            })
+            .collect();
+
+        let mut epilogue = Counters::default();
+        let mut epilogue_wall_ns = 0;
+        let mut tail = None;
+        let ended = match (run.exit_code, run.signal) {
+            (_, Some(s)) => format!("the program was ended by signal {s}"),
+            (Some(c), None) => format!("the program exited with status {c}"),
+            (None, None) => "the program's end is unknown".into(),
+        };
+        if cut {
+            // A run cut short: what follows the last whole step, and what the live file saw
+            // submitted after the last record, is its tail.
+            let after = &groups[seg.epilogue.clone()];
+            let mut counters = unwritten;
+            for g in after {
+                counters.add(&g.counters);
+            }
+            // Where the last step ends (as its record has it).
+            let from = seg.steps.last().map_or(epoch, |(_, r)| {
+                let (first, last) = (groups[r.start], groups[r.end - 1]);
+                epoch
+                    + first.start_ns.saturating_sub(epoch)
+                    + last.end_ns.saturating_sub(first.start_ns)
+            });
+            let last = after
+                .last()
+                .map_or(from, |g| g.end_ns)
+                .max(live.map_or(0, |l| l.last_submit_ns));
+            if counters != Counters::default() {
+                tail = Some(CaptureTail {
+                    reason: format!(
+                        "{ended} before this work's wait group ended: {} wait group(s) after the \
+                         last step{}",
+                        after.len(),
+                        if open_work {
+                            ", and work submitted after the last wait"
+                        } else {
+                            ""
+                        }
+                    ),
+                    wait_groups: after.len() as u64 + u64::from(open_work),
+                    counters,
+                    wall_ns: last.saturating_sub(from),
+                });
+            }
+        } else if let (Some(a), Some(b)) = (
+            groups.get(seg.epilogue.start),
+            seg.epilogue.end.checked_sub(1).and_then(|i| groups.get(i)),
+        ) {
+            for g in &groups[seg.epilogue.clone()] {
+                epilogue.add(&g.counters);
+            }
+            epilogue_wall_ns = b.end_ns.saturating_sub(a.start_ns);
+        }
+        // Every queue of every device, with what was submitted to it (groups, plus a cut run's
+        // unwritten work on the traced device's only queue, where there is one).
+        let mut queues: Vec<CaptureQueue> = Vec::new();
+        for (_, r) in &loaded {
+            for q in &r.raw.queues {
+                let name = r
+                    .raw
+                    .devices
+                    .iter()
+                    .find(|d| d.device == q.device)
+                    .map_or(String::new(), |d| d.info.name.clone());
+                let mut cq = CaptureQueue {
+                    device: q.device,
+                    device_name: name,
+                    family: q.family,
+                    index: q.index,
+                    kind: q.kind.clone(),
+                    ..CaptureQueue::default()
+                };
+                for g in r.groups.iter().filter(|g| g.device == q.device) {
+                    for w in g.queues.iter().filter(|w| w.0 == q.id) {
+                        cq.submits += w.1;
+                        cq.command_buffers += w.2;
+                        cq.dispatches += w.3;
+                    }
+                }
+                queues.push(cq);
+            }
+        }
+        queues.retain(|q| q.submits > 0);
+        let complete = run.exit_code == Some(0) && !raw.truncated && tail.is_none();
+        let mut notes = Vec::new();
+        match (run.exit_code, run.signal) {
+            (Some(0), _) => {}
+            (Some(c), _) => notes.push(format!(
+                "the program exited with status {c}: the trace holds what it did until then"
+            )),
+            (None, Some(s)) => notes.push(format!(
+                "the program was ended by signal {s}{}: the trace holds what it did until then",
+                if run.interrupted { " after Ctrl-C" } else { "" }
+            )),
+            (None, None) => notes.push("the program's exit status is unknown".into()),
+        }
+        if raw.truncated {
+            notes.push(format!(
+                "the layer's last record in {} was cut short and is left out",
+                raw.file
+            ));
+        }
+        if let Some(t) = &tail {
+            notes.push(format!(
+                "the last {} dispatch(es) and {} submit(s) ran after the last complete step and are \
+                 in meta.capture.tail, not in a step",
+                t.counters.dispatches,
+                t.counters.submits()
+            ));
+        }
+        if timestamps_on && untimed_dispatches > 0 {
+            notes.push(format!(
+                "{untimed_dispatches} dispatch(es) have no GPU span (gpu_untimed in their steps): \
+                 GPU time and the op table cover the rest"
+            ));
+        }
+        if seen.len() > 1 {
+            notes.push(format!(
+                "devices seen: {}; this trace is of the busiest",
+                seen.join(", ")
+            ));
+        }
+        let decode_steps = seg
+            .steps
+            .iter()
+            .filter(|(phase, _)| *phase == Phase::Decode)
+            .count() as u32;
+        let unknown = || UNKNOWN.to_owned();
+        let meta = Meta {
             tool: ToolMeta {
                 name: "decodescope-layer".into(),
                 version: process.layer_version.clone(),
@@ -442,52 +534,52 @@ pub fn build_trace(
                 queues,
                 tail,
             }),
-        },
-        ops,
-        tokens,
-    })
-}
-
-/// GPU spans of one step on the host timeline, relative to `epoch`. With a calibration
-/// (`gpu_minus_host_ns`), exact; without one, the step's last GPU end is aligned with the moment
-/// its last wait returned (`step_end_ns`), as the decoder's fence fallback does.
-fn place_gpu_spans(
-    raw: &[(RawGpuSpan, u32)],
-    op_index: &BTreeMap<u32, u32>,
-    gpu_minus_host_ns: Option<i64>,
-    epoch: u64,
-    step_start_ns: u64,
-    step_end_ns: u64,
-) -> Vec<GpuSpan> {
-    if raw.is_empty() {
-        return Vec::new();
-    }
-    let offset = match gpu_minus_host_ns {
-        Some(o) => o,
-        None => {
-            let last = raw.iter().map(|(s, _)| s.5).max().unwrap_or(0);
-            last as i64 - step_end_ns as i64
-        }
-    };
-    let mut out: Vec<GpuSpan> = raw
-        .iter()
-        .filter_map(|(s, submit)| {
-            let op = *op_index.get(&s.2)?;
-            let a = s.4 as i64 - offset - epoch as i64;
-            let b = s.5 as i64 - offset - epoch as i64;
-            let start = a.max(step_start_ns as i64 - epoch as i64).max(0) as u64;
-            let end = b.max(a).max(0) as u64;
-            Some(GpuSpan(op, start, end.saturating_sub(start), s.3, *submit))
+        };
+        Ok(Plan {
+            file: fi,
+            device: dev,
+            meta,
+            ops,
+            op_index,
+            steps: seg.steps,
+            ready_at,
+            untimed_of,
+            epoch,
+            gpu_minus_host_ns: calibrated.then_some(device.clock.gpu_minus_host_ns),
+            timestamps_on,
         })
-        .collect();
-    out.sort_by_key(|s| (s.1, s.0));
-    out
+    }
+
+    /// The raw file (an index into the files given to [`Plan::new`]) whose device is traced.
+    pub fn file(&self) -> usize {
+        self.file
+    }
+
+    /// The traced device (its index within its process).
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// The trace's metadata.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// The trace's ops.
+    pub fn ops(&self) -> &[OpInfo] {
+        &self.ops
+    }
+
+    /// The metadata and the ops.
+    pub fn into_parts(self) -> (Meta, Vec<OpInfo>) {
+        (self.meta, self.ops)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{ClockMeta, DeviceMeta};
+    use crate::trace::{ClockMeta, DeviceMeta, HostSpan};
 
     fn work(n: usize) -> Vec<bool> {
         vec![true; n]

@@ -1,6 +1,8 @@
 //! The capture layer's raw records, as `profiler record` reads them: one JSON line per
 //! [`RawRecord`] in `layer.PID.jsonl`, and the live file `live.PID` ([`parse_live`]).
 
+use std::io::BufRead;
+
 use serde::{Deserialize, Serialize};
 
 use super::CaptureError;
@@ -187,28 +189,58 @@ pub struct RawCapture {
 /// Parses one raw file's text. A final line without its newline is a record cut short by the
 /// program's death: it is dropped and `truncated` set. Anything else malformed is an error.
 pub fn parse_raw(file: &str, text: &str) -> Result<RawCapture, CaptureError> {
+    let mut groups = Vec::new();
+    let mut out = read_raw(file, text.as_bytes(), |g| {
+        groups.push(g);
+        Ok::<(), CaptureError>(())
+    })?;
+    out.groups = groups;
+    Ok(out)
+}
+
+/// [`parse_raw`] line by line from `reader`: each group is handed to `on_group` as it is read
+/// rather than kept (the returned capture has no groups), so a raw file of any length is read
+/// holding one record at a time.
+pub fn read_raw<R: BufRead, E: From<CaptureError>>(
+    file: &str,
+    mut reader: R,
+    mut on_group: impl FnMut(RawGroup) -> Result<(), E>,
+) -> Result<RawCapture, E> {
     let mut out = RawCapture {
         file: file.to_owned(),
         ..RawCapture::default()
     };
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
+    let mut line = String::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        let n = reader
+            .read_line(&mut line)
+            .map_err(|err| CaptureError::Read {
+                file: file.to_owned(),
+                err,
+            })?;
+        if n == 0 {
+            break;
+        }
+        number += 1;
         if line.trim().is_empty() {
             continue;
         }
-        let rec: RawRecord = match serde_json::from_str(line) {
+        let rec: RawRecord = match serde_json::from_str(&line) {
             Ok(r) => r,
-            Err(_) if i + 1 == lines.len() && !complete => {
+            // Only the last line can lack its newline.
+            Err(_) if !line.ends_with('\n') => {
                 out.truncated = true;
                 break;
             }
             Err(e) => {
                 return Err(CaptureError::Invalid {
                     file: file.to_owned(),
-                    line: i + 1,
+                    line: number,
                     message: e.to_string(),
-                });
+                }
+                .into());
             }
         };
         match rec {
@@ -217,14 +249,15 @@ pub fn parse_raw(file: &str, text: &str) -> Result<RawCapture, CaptureError> {
                     return Err(CaptureError::Version {
                         file: file.to_owned(),
                         found: p.raw_version,
-                    });
+                    }
+                    .into());
                 }
                 out.process = Some(p);
             }
             RawRecord::Device(d) => out.devices.push(d),
             RawRecord::Queue(q) => out.queues.push(q),
             RawRecord::Op(o) => out.ops.push(o),
-            RawRecord::Group(g) => out.groups.push(g),
+            RawRecord::Group(g) => on_group(g)?,
         }
     }
     Ok(out)
