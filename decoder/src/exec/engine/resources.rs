@@ -37,7 +37,59 @@ impl Engine {
         Ok(())
     }
 
+    /// Creates every buffer the lowerings bind (the activations, the persistent kernel's and the
+    /// chained program's, the gather scratch, each layer's weights and KV cache), each under its
+    /// checkpoint name.
     pub(super) fn create_buffers(&mut self, cfg: &ModelConfig) -> anyhow::Result<()> {
+        let s = self.shape;
+        let mut want = self.activation_buffers();
+        want.extend(self.persistent_buffers());
+        if self.chained() {
+            // The second decode program's host-visible words (engine/chain.rs).
+            let alt: Vec<(Buf, BufferDesc, String)> = want
+                .iter()
+                .filter_map(|(buf, desc, name)| {
+                    chain::alt_of(*buf).map(|alt| (alt, *desc, format!("{name}_alt")))
+                })
+                .collect();
+            want.extend(alt);
+        }
+        if let Some(scratch) = self.kv.scratch {
+            let bytes = scratch.buffer_bytes(s.kv_dim());
+            want.push((
+                Buf::KScratch,
+                BufferDesc::device(bytes),
+                "k_gather_scratch".into(),
+            ));
+            want.push((
+                Buf::VScratch,
+                BufferDesc::device(bytes),
+                "v_gather_scratch".into(),
+            ));
+        }
+        if !self.tied {
+            want.push((
+                Buf::LmHead,
+                BufferDesc::device(s.vocab as u64 * s.hidden as u64 * 2),
+                "lm_head".into(),
+            ));
+        }
+        for l in 0..s.layers {
+            want.extend(self.layer_buffers(cfg, l));
+        }
+        self.check_offset_alignment()?;
+        for (buf, desc, name) in want {
+            let b = self
+                .gpu()
+                .create_buffer(desc, &name)
+                .with_context(|| format!("creating buffer {name}"))?;
+            self.bufs.insert(buf, b);
+        }
+        Ok(())
+    }
+
+    /// The activation, parameter and readback buffers, sized for the most rows a step holds.
+    fn activation_buffers(&self) -> Vec<(Buf, BufferDesc, String)> {
         let s = self.shape;
         let (b, h, f32b, f16b) = (self.kv.max_rows as u64, s.hidden as u64, 4u64, 2u64);
         // Rows of x per token: the persistent kernel keeps its residual rows R0, R1 and the
@@ -51,7 +103,7 @@ impl Engine {
         let seqs = self.opts.kv.batch.max(1) as u64;
         let geo = self.kv.geo;
         let (qd, kvd, inter) = (s.q_dim() as u64, s.kv_dim() as u64, s.intermediate as u64);
-        let mut want: Vec<(Buf, BufferDesc, String)> = vec![
+        vec![
             (
                 Buf::Embed,
                 BufferDesc::device(s.vocab as u64 * h * f16b),
@@ -137,95 +189,78 @@ impl Engine {
                 BufferDesc::readback(8 * seqs + 4),
                 "argmax_out".into(),
             ),
+        ]
+    }
+
+    /// Layer `l`'s weights, norms and KV cache.
+    fn layer_buffers(&self, cfg: &ModelConfig, l: u32) -> Vec<(Buf, BufferDesc, String)> {
+        let s = self.shape;
+        let (h, f32b, f16b) = (s.hidden as u64, 4u64, 2u64);
+        let geo = self.kv.geo;
+        let (qd, kvd, inter) = (s.q_dim() as u64, s.kv_dim() as u64, s.intermediate as u64);
+        let p = format!("model.layers.{l}");
+        let mut want = vec![
+            (
+                Buf::AttnNorm(l),
+                BufferDesc::device(h * f32b),
+                format!("{p}.input_layernorm"),
+            ),
+            (
+                Buf::MlpNorm(l),
+                BufferDesc::device(h * f32b),
+                format!("{p}.post_attention_layernorm"),
+            ),
+            (
+                Buf::Wqkv(l),
+                BufferDesc::device(s.qkv_rows() as u64 * h * f16b),
+                format!("{p}.self_attn.qkv_proj"),
+            ),
+            (
+                Buf::Wo(l),
+                BufferDesc::device(h * qd * f16b),
+                format!("{p}.self_attn.o_proj"),
+            ),
+            (
+                Buf::WGateUp(l),
+                BufferDesc::device(2 * inter * h * f16b),
+                format!("{p}.mlp.gate_up_proj"),
+            ),
+            (
+                Buf::WDown(l),
+                BufferDesc::device(h * inter * f16b),
+                format!("{p}.mlp.down_proj"),
+            ),
+            (
+                Buf::KCache(l),
+                BufferDesc::device(geo.buffer_bytes(kvd as u32)),
+                format!("{p}.k_cache"),
+            ),
+            (
+                Buf::VCache(l),
+                BufferDesc::device(geo.buffer_bytes(kvd as u32)),
+                format!("{p}.v_cache"),
+            ),
         ];
-        want.extend(self.persistent_buffers());
-        if self.chained() {
-            // The second decode program's host-visible words (engine/chain.rs).
-            let alt: Vec<(Buf, BufferDesc, String)> = want
-                .iter()
-                .filter_map(|(buf, desc, name)| {
-                    chain::alt_of(*buf).map(|alt| (alt, *desc, format!("{name}_alt")))
-                })
-                .collect();
-            want.extend(alt);
-        }
-        if let Some(scratch) = self.kv.scratch {
-            let bytes = scratch.buffer_bytes(s.kv_dim());
+        if cfg.qk_norm {
             want.push((
-                Buf::KScratch,
-                BufferDesc::device(bytes),
-                "k_gather_scratch".into(),
+                Buf::QNorm(l),
+                BufferDesc::device(s.head_dim as u64 * f32b),
+                format!("{p}.self_attn.q_norm"),
             ));
             want.push((
-                Buf::VScratch,
-                BufferDesc::device(bytes),
-                "v_gather_scratch".into(),
+                Buf::KNorm(l),
+                BufferDesc::device(s.head_dim as u64 * f32b),
+                format!("{p}.self_attn.k_norm"),
             ));
         }
-        if !self.tied {
-            want.push((
-                Buf::LmHead,
-                BufferDesc::device(s.vocab as u64 * h * f16b),
-                "lm_head".into(),
-            ));
-        }
-        for l in 0..s.layers {
-            let p = format!("model.layers.{l}");
-            want.extend([
-                (
-                    Buf::AttnNorm(l),
-                    BufferDesc::device(h * f32b),
-                    format!("{p}.input_layernorm"),
-                ),
-                (
-                    Buf::MlpNorm(l),
-                    BufferDesc::device(h * f32b),
-                    format!("{p}.post_attention_layernorm"),
-                ),
-                (
-                    Buf::Wqkv(l),
-                    BufferDesc::device(s.qkv_rows() as u64 * h * f16b),
-                    format!("{p}.self_attn.qkv_proj"),
-                ),
-                (
-                    Buf::Wo(l),
-                    BufferDesc::device(h * qd * f16b),
-                    format!("{p}.self_attn.o_proj"),
-                ),
-                (
-                    Buf::WGateUp(l),
-                    BufferDesc::device(2 * inter * h * f16b),
-                    format!("{p}.mlp.gate_up_proj"),
-                ),
-                (
-                    Buf::WDown(l),
-                    BufferDesc::device(h * inter * f16b),
-                    format!("{p}.mlp.down_proj"),
-                ),
-                (
-                    Buf::KCache(l),
-                    BufferDesc::device(geo.buffer_bytes(kvd as u32)),
-                    format!("{p}.k_cache"),
-                ),
-                (
-                    Buf::VCache(l),
-                    BufferDesc::device(geo.buffer_bytes(kvd as u32)),
-                    format!("{p}.v_cache"),
-                ),
-            ]);
-            if cfg.qk_norm {
-                want.push((
-                    Buf::QNorm(l),
-                    BufferDesc::device(s.head_dim as u64 * f32b),
-                    format!("{p}.self_attn.q_norm"),
-                ));
-                want.push((
-                    Buf::KNorm(l),
-                    BufferDesc::device(s.head_dim as u64 * f32b),
-                    format!("{p}.self_attn.k_norm"),
-                ));
-            }
-        }
+        want
+    }
+
+    /// Refuses a model whose weight and activation slices cannot be bound at their offsets.
+    fn check_offset_alignment(&self) -> anyhow::Result<()> {
+        let s = self.shape;
+        let (h, f32b, f16b) = (s.hidden as u64, 4u64, 2u64);
+        let (qd, kvd, inter) = (s.q_dim() as u64, s.kv_dim() as u64, s.intermediate as u64);
         let align = self.gpu().info().min_storage_buffer_offset_alignment.max(1);
         for sub in [
             qd * h * f16b,
@@ -240,13 +275,6 @@ impl Engine {
                      device's minStorageBufferOffsetAlignment ({align}); decodescope cannot bind it"
                 );
             }
-        }
-        for (buf, desc, name) in want {
-            let b = self
-                .gpu()
-                .create_buffer(desc, &name)
-                .with_context(|| format!("creating buffer {name}"))?;
-            self.bufs.insert(buf, b);
         }
         Ok(())
     }

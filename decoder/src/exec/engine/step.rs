@@ -83,80 +83,13 @@ impl Engine {
         let gpu_steps: Vec<usize> = (0..steps.len())
             .filter(|&i| !matches!(steps[i].action, Action::HostRead))
             .collect();
-        // Submit chunks.
-        let mut bounds: Vec<usize> = vec![0];
-        for (j, &i) in gpu_steps.iter().enumerate().skip(1) {
-            let split = match k.submit {
-                Submit::Dispatch => true,
-                Submit::Every(n) => j % n as usize == 0,
-                Submit::PerLayer => {
-                    let prev = steps[gpu_steps[j - 1]].region.layer(self.shape.layers);
-                    steps[i].region.layer(self.shape.layers) != prev
-                }
-                Submit::Token => false,
-            };
-            if split {
-                bounds.push(i);
-            }
-        }
-        bounds.push(steps.len());
+        let bounds = self.submit_bounds(&steps, &gpu_steps);
         let mut chunks = Vec::new();
         for w in bounds.windows(2) {
             let cmd = self.rec.new_cmd(Queue::Compute)?;
             chunks.push((cmd, w[0]..w[1]));
         }
-        // Timestamp spans.
-        let mut spans = Vec::new();
-        match self.opts.timestamps {
-            Timestamps::Off => {}
-            Timestamps::Token => {
-                if let (Some(&first), Some(&last)) = (gpu_steps.first(), gpu_steps.last()) {
-                    let op = self.region_op("token".into(), "token", &steps);
-                    spans.push(SpanDef {
-                        op,
-                        first,
-                        last,
-                        start_q: 0,
-                        end_q: 0,
-                        own_start: true,
-                    });
-                }
-            }
-            Timestamps::Region => {
-                let mut j = 0;
-                while j < gpu_steps.len() {
-                    let region = steps[gpu_steps[j]].region;
-                    let mut e = j;
-                    while e + 1 < gpu_steps.len() && steps[gpu_steps[e + 1]].region == region {
-                        e += 1;
-                    }
-                    let covered: Vec<Step> = (j..=e).map(|x| steps[gpu_steps[x]].clone()).collect();
-                    let op = self.region_op(region.label(), "region", &covered);
-                    spans.push(SpanDef {
-                        op,
-                        first: gpu_steps[j],
-                        last: gpu_steps[e],
-                        start_q: 0,
-                        end_q: 0,
-                        own_start: true,
-                    });
-                    j = e + 1;
-                }
-            }
-            Timestamps::Dispatch => {
-                for &i in &gpu_steps {
-                    let op = self.op_id(&steps[i]);
-                    spans.push(SpanDef {
-                        op,
-                        first: i,
-                        last: i,
-                        start_q: 0,
-                        end_q: 0,
-                        own_start: true,
-                    });
-                }
-            }
-        }
+        let mut spans = self.timestamp_spans(&steps, &gpu_steps);
         for s in &steps {
             if !matches!(s.action, Action::HostRead) {
                 self.op_id(s);
@@ -222,6 +155,85 @@ impl Engine {
             prepared.recorded = true;
         }
         Ok(prepared)
+    }
+
+    /// Where the submit knob splits a program's steps into command buffers: the first step of
+    /// each chunk, then the number of steps.
+    fn submit_bounds(&self, steps: &[Step], gpu_steps: &[usize]) -> Vec<usize> {
+        let mut bounds: Vec<usize> = vec![0];
+        for (j, &i) in gpu_steps.iter().enumerate().skip(1) {
+            let split = match self.opts.knobs.submit {
+                Submit::Dispatch => true,
+                Submit::Every(n) => j % n as usize == 0,
+                Submit::PerLayer => {
+                    let prev = steps[gpu_steps[j - 1]].region.layer(self.shape.layers);
+                    steps[i].region.layer(self.shape.layers) != prev
+                }
+                Submit::Token => false,
+            };
+            if split {
+                bounds.push(i);
+            }
+        }
+        bounds.push(steps.len());
+        bounds
+    }
+
+    /// The timestamp spans of a program at the timestamp level, their queries not yet assigned
+    /// ([`assign_queries`]).
+    fn timestamp_spans(&mut self, steps: &[Step], gpu_steps: &[usize]) -> Vec<SpanDef> {
+        let mut spans = Vec::new();
+        match self.opts.timestamps {
+            Timestamps::Off => {}
+            Timestamps::Token => {
+                if let (Some(&first), Some(&last)) = (gpu_steps.first(), gpu_steps.last()) {
+                    let op = self.region_op("token".into(), "token", steps);
+                    spans.push(SpanDef {
+                        op,
+                        first,
+                        last,
+                        start_q: 0,
+                        end_q: 0,
+                        own_start: true,
+                    });
+                }
+            }
+            Timestamps::Region => {
+                let mut j = 0;
+                while j < gpu_steps.len() {
+                    let region = steps[gpu_steps[j]].region;
+                    let mut e = j;
+                    while e + 1 < gpu_steps.len() && steps[gpu_steps[e + 1]].region == region {
+                        e += 1;
+                    }
+                    let covered: Vec<Step> = (j..=e).map(|x| steps[gpu_steps[x]].clone()).collect();
+                    let op = self.region_op(region.label(), "region", &covered);
+                    spans.push(SpanDef {
+                        op,
+                        first: gpu_steps[j],
+                        last: gpu_steps[e],
+                        start_q: 0,
+                        end_q: 0,
+                        own_start: true,
+                    });
+                    j = e + 1;
+                }
+            }
+            Timestamps::Dispatch => {
+                for &i in gpu_steps {
+                    let op = self.op_id(&steps[i]);
+                    spans.push(SpanDef {
+                        op,
+                        first: i,
+                        last: i,
+                        start_q: 0,
+                        end_q: 0,
+                        own_start: true,
+                    });
+                }
+            }
+        }
+        spans
     }
 
     pub(super) fn pipeline_desc(&self, step: &Step) -> PipelineDesc {
