@@ -240,32 +240,7 @@ impl Plan {
                 program: run.program.clone(),
             });
         }
-        // (raw file, device) with the most submits.
-        let mut best: Option<(usize, u32, u64)> = None;
-        let mut seen = Vec::new();
-        for &(fi, r) in &loaded {
-            for d in &r.raw.devices {
-                let submits: u64 = r
-                    .groups
-                    .iter()
-                    .filter(|g| g.device == d.device)
-                    .map(|g| g.counters.submits())
-                    .sum();
-                seen.push(format!(
-                    "{} (pid {}, {submits} submits)",
-                    d.info.name,
-                    r.raw.process.as_ref().map_or(0, |p| p.pid)
-                ));
-                if best.is_none_or(|(_, _, s)| submits > s) {
-                    best = Some((fi, d.device, submits));
-                }
-            }
-        }
-        let Some((fi, dev, _)) = best else {
-            return Err(CaptureError::NoDevice {
-                program: run.program.clone(),
-            });
-        };
+        let (fi, dev, seen) = busiest_device(&loaded, run)?;
         let heads = &raws[fi];
         let raw = &heads.raw;
         let device = raw
@@ -283,20 +258,7 @@ impl Plan {
             });
         }
 
-        // Ops of this device, renumbered densely in id order.
-        let mut op_index: BTreeMap<u32, u32> = BTreeMap::new();
-        let mut ops: Vec<OpInfo> = Vec::new();
-        let mut dev_ops: Vec<&RawOp> = raw.ops.iter().filter(|o| o.device == dev).collect();
-        dev_ops.sort_by_key(|o| o.id);
-        for o in dev_ops {
-            op_index.insert(o.id, ops.len() as u32);
-            ops.push(OpInfo {
-                label: o.label.clone(),
-                // A dispatch gets the kind of the first op-kind rule its label matches.
-                kind: kinds.classify(&o.label, &o.kind).to_owned(),
-                ..OpInfo::default()
-            });
-        }
+        let (ops, op_index) = device_ops(raw, dev, kinds);
 
         let signatures: Vec<u64> = groups.iter().map(|g| g.signature).collect();
         let work: Vec<u64> = groups.iter().map(|g| g.work_signature).collect();
@@ -328,31 +290,7 @@ impl Plan {
         let epoch = groups.first().map_or(0, |g| g.start_ns);
         let timestamps_on = device.timestamps != "off";
         let calibrated = device.clock.calibrated;
-        // A step's GPU spans are complete once the last group that reports one of them is read.
-        let position_of: BTreeMap<u64, usize> = groups
-            .iter()
-            .enumerate()
-            .map(|(p, g)| (g.index, p))
-            .collect();
-        let mut last_report: Vec<usize> = (0..groups.len()).collect();
-        for (q, g) in groups.iter().enumerate() {
-            for i in &g.spans_for {
-                if let Some(&p) = position_of.get(i) {
-                    last_report[p] = last_report[p].max(q);
-                }
-            }
-        }
-        let ready_at: Vec<usize> = seg
-            .steps
-            .iter()
-            .map(|(_, r)| {
-                last_report[r.clone()]
-                    .iter()
-                    .copied()
-                    .max()
-                    .unwrap_or(r.start)
-            })
-            .collect();
+        let ready_at = ready_at(&groups, &seg.steps);
 
         let mut epilogue = Counters::default();
         let mut epilogue_wall_ns = 0;
@@ -409,34 +347,7 @@ impl Plan {
         }
         // Every queue of every device, with what was submitted to it (groups, plus a cut run's
         // unwritten work on the traced device's only queue, where there is one).
-        let mut queues: Vec<CaptureQueue> = Vec::new();
-        for (_, r) in &loaded {
-            for q in &r.raw.queues {
-                let name = r
-                    .raw
-                    .devices
-                    .iter()
-                    .find(|d| d.device == q.device)
-                    .map_or(String::new(), |d| d.info.name.clone());
-                let mut cq = CaptureQueue {
-                    device: q.device,
-                    device_name: name,
-                    family: q.family,
-                    index: q.index,
-                    kind: q.kind.clone(),
-                    ..CaptureQueue::default()
-                };
-                for g in r.groups.iter().filter(|g| g.device == q.device) {
-                    for w in g.queues.iter().filter(|w| w.0 == q.id) {
-                        cq.submits += w.1;
-                        cq.command_buffers += w.2;
-                        cq.dispatches += w.3;
-                    }
-                }
-                queues.push(cq);
-            }
-        }
-        queues.retain(|q| q.submits > 0);
+        let queues = queue_totals(&loaded);
         let complete = run.exit_code == Some(0) && !raw.truncated && tail.is_none();
         let mut notes = Vec::new();
         match (run.exit_code, run.signal) {
@@ -574,6 +485,124 @@ impl Plan {
     pub fn into_parts(self) -> (Meta, Vec<OpInfo>) {
         (self.meta, self.ops)
     }
+}
+
+/// The (raw file, device) with the most submits, and every device seen as a phrase.
+fn busiest_device(
+    loaded: &[(usize, &RawHeads)],
+    run: &ProgramRun,
+) -> Result<(usize, u32, Vec<String>), CaptureError> {
+    let mut best: Option<(usize, u32, u64)> = None;
+    let mut seen = Vec::new();
+    for &(fi, r) in loaded {
+        for d in &r.raw.devices {
+            let submits: u64 = r
+                .groups
+                .iter()
+                .filter(|g| g.device == d.device)
+                .map(|g| g.counters.submits())
+                .sum();
+            seen.push(format!(
+                "{} (pid {}, {submits} submits)",
+                d.info.name,
+                r.raw.process.as_ref().map_or(0, |p| p.pid)
+            ));
+            if best.is_none_or(|(_, _, s)| submits > s) {
+                best = Some((fi, d.device, submits));
+            }
+        }
+    }
+    let Some((fi, dev, _)) = best else {
+        return Err(CaptureError::NoDevice {
+            program: run.program.clone(),
+        });
+    };
+    Ok((fi, dev, seen))
+}
+
+/// The ops of device `dev`, renumbered densely in id order, each with its kind, and the map from
+/// the layer's op ids to their numbers.
+fn device_ops(
+    raw: &RawCapture,
+    dev: u32,
+    kinds: &crate::kinds::KindRules,
+) -> (Vec<OpInfo>, BTreeMap<u32, u32>) {
+    let mut op_index: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut ops: Vec<OpInfo> = Vec::new();
+    let mut dev_ops: Vec<&RawOp> = raw.ops.iter().filter(|o| o.device == dev).collect();
+    dev_ops.sort_by_key(|o| o.id);
+    for o in dev_ops {
+        op_index.insert(o.id, ops.len() as u32);
+        ops.push(OpInfo {
+            label: o.label.clone(),
+            // A dispatch gets the kind of the first op-kind rule its label matches.
+            kind: kinds.classify(&o.label, &o.kind).to_owned(),
+            ..OpInfo::default()
+        });
+    }
+    (ops, op_index)
+}
+
+/// Every queue of every device with what was submitted to it; queues never submitted to are
+/// left out.
+fn queue_totals(loaded: &[(usize, &RawHeads)]) -> Vec<CaptureQueue> {
+    let mut queues: Vec<CaptureQueue> = Vec::new();
+    for (_, r) in loaded {
+        for q in &r.raw.queues {
+            let name = r
+                .raw
+                .devices
+                .iter()
+                .find(|d| d.device == q.device)
+                .map_or(String::new(), |d| d.info.name.clone());
+            let mut cq = CaptureQueue {
+                device: q.device,
+                device_name: name,
+                family: q.family,
+                index: q.index,
+                kind: q.kind.clone(),
+                ..CaptureQueue::default()
+            };
+            for g in r.groups.iter().filter(|g| g.device == q.device) {
+                for w in g.queues.iter().filter(|w| w.0 == q.id) {
+                    cq.submits += w.1;
+                    cq.command_buffers += w.2;
+                    cq.dispatches += w.3;
+                }
+            }
+            queues.push(cq);
+        }
+    }
+    queues.retain(|q| q.submits > 0);
+    queues
+}
+
+/// Per step over `groups` (positions), the position of the last group that reports one of its
+/// GPU spans (at least its own last group): the step's record is complete once that is read.
+fn ready_at(groups: &[&GroupHead], steps: &[(Phase, Range<usize>)]) -> Vec<usize> {
+    let position_of: BTreeMap<u64, usize> = groups
+        .iter()
+        .enumerate()
+        .map(|(p, g)| (g.index, p))
+        .collect();
+    let mut last_report: Vec<usize> = (0..groups.len()).collect();
+    for (q, g) in groups.iter().enumerate() {
+        for i in &g.spans_for {
+            if let Some(&p) = position_of.get(i) {
+                last_report[p] = last_report[p].max(q);
+            }
+        }
+    }
+    steps
+        .iter()
+        .map(|(_, r)| {
+            last_report[r.clone()]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(r.start)
+        })
+        .collect()
 }
 
 #[cfg(test)]

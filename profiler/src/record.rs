@@ -281,7 +281,7 @@ fn convert(
 ) -> Result<Result<RecordedTrace, CaptureError>, RecordError> {
     let open = |f: &Path| {
         crate::io::open_regular_file(f)
-            .map(|file| std::io::BufReader::with_capacity(1 << 20, file))
+            .map(|file| std::io::BufReader::with_capacity(1 << 16, file))
             .map_err(|err| RecordError::ReadRaw {
                 path: f.to_owned(),
                 err,
