@@ -812,6 +812,67 @@ mod tests {
     }
 
     #[test]
+    fn a_step_is_written_once_the_wait_that_reads_its_spans_back_is_read() {
+        // Group i's span is read back at wait i + 1 (the last one's at its own wait).
+        let mut gs = vec![group(0, 1, 9, vec![])];
+        for i in 1..5 {
+            let mut spans = Vec::new();
+            if i > 1 {
+                spans.push(RawGpuSpan(i - 1, 0, 7, 0, 50_000, 50_010));
+            }
+            if i == 4 {
+                spans.push(RawGpuSpan(4, 0, 7, 0, 60_000, 60_010));
+            }
+            gs.push(group(i, 2, 3, spans));
+        }
+        let raw = raw(gs);
+        let run = ProgramRun {
+            program: "prog".into(),
+            exit_code: Some(0),
+            ..ProgramRun::default()
+        };
+        let plan = Plan::new(
+            &[RawHeads::of(&raw)],
+            &run,
+            StepRule::Auto,
+            &Default::default(),
+        )
+        .expect("a plan");
+        let mut stream = StepStream::new(&plan);
+        let mut out = Vec::new();
+        let mut written_after = Vec::new();
+        for g in &raw.groups {
+            stream
+                .feed(g, &mut |t| {
+                    out.push(t);
+                    Ok::<(), CaptureError>(())
+                })
+                .expect("feed");
+            written_after.push(out.len());
+        }
+        stream
+            .finish(&mut |t| {
+                out.push(t);
+                Ok::<(), CaptureError>(())
+            })
+            .expect("finish");
+        // The prologue at once; each decode step once the next wait has read its span back.
+        assert_eq!(written_after, [1, 1, 2, 3, 5]);
+        assert!(out[1..].iter().all(|t| t.gpu_spans.len() == 1));
+        let indices: Vec<u32> = out.iter().map(|t| t.index).collect();
+        assert_eq!(indices, [0, 1, 2, 3, 4]);
+        // The same records as the trace built in memory.
+        let whole = build_trace(
+            std::slice::from_ref(&raw),
+            &run,
+            StepRule::Auto,
+            &Default::default(),
+        )
+        .expect("trace");
+        assert_eq!(whole.tokens, out);
+    }
+
+    #[test]
     fn a_killed_program_keeps_its_prefill_and_its_unwritten_work_is_the_tail() {
         // A prompt group, then tokens of two groups (2 3), killed after 3.5 tokens; the live
         // file saw 4 dispatches submitted after the last record.
