@@ -4,6 +4,7 @@
 #   - the Vulkan loader, Mesa's lavapipe CPU driver and the Khronos validation layer
 #   - cmake, ninja and a C++ compiler (shaderc is built from source by cargo)
 #   - Xvfb and the X/GL libraries that the viewer's screenshot tests use
+#   - GNU time (/usr/bin/time), which measures peak memory in tests/tests/long_runs.rs
 #   - pip (to fetch the SmolLM2 wheel) and a Rust toolchain if cargo is missing
 set -euo pipefail
 
@@ -12,6 +13,7 @@ packages=(
   cmake ninja-build g++ python3 python3-pip pkg-config git curl ca-certificates
   xvfb xauth libx11-6 libxcursor1 libxrandr2 libxi6 libxkbcommon0 libxkbcommon-x11-0
   libgl1 libegl1 libgl1-mesa-dri libwayland-client0
+  time
 )
 
 sudo_cmd=()

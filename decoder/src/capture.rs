@@ -1,9 +1,14 @@
-//! Captures: run a generation on the Vulkan engine and turn its records into a trace, plus the
-//! per-token summaries that `decoder run` and `decoder capture` print.
+//! Captures: run a generation on the Vulkan engine and turn its records into a trace (in memory,
+//! or streamed into the trace file as the steps run), plus the per-token summaries that `decoder
+//! run` and `decoder capture` print.
+
+use std::path::Path;
 
 use anyhow::Context as _;
+use profiler::io::TraceWriter;
 use profiler::trace::{
-    DeviceMeta, FORMAT_NAME, FORMAT_VERSION, Meta, ModelMeta, Phase, RunMeta, ToolMeta, Trace,
+    DeviceMeta, FORMAT_NAME, FORMAT_VERSION, Meta, ModelMeta, Phase, RunMeta, TokenRecord,
+    ToolMeta, Trace,
 };
 
 use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
@@ -42,12 +47,52 @@ pub fn batch_prompts(ids: &[u32], batch: u32) -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// Runs `spec` on `gpu` and returns the trace and the generation.
+/// Runs `spec` on `gpu` and returns the trace and the generation (every record in memory).
 pub fn capture(
     gpu: &Gpu,
     model: &Model,
     spec: &CaptureSpec,
 ) -> anyhow::Result<(Trace, Generation)> {
+    let mut engine = engine_for(gpu, model, spec)?;
+    let generation = generate_for(&mut engine, model, spec)?;
+    let trace = build_trace(&engine, model, spec, &generation);
+    Ok((trace, generation))
+}
+
+/// A capture streamed into its trace file ([`capture_to`]).
+#[derive(Debug)]
+pub struct Streamed {
+    /// The complete trace, beside its path until [`profiler::io::StagedOutput::commit`].
+    pub staged: profiler::io::StagedOutput,
+    pub summary: Summary,
+    pub generation: Generation,
+}
+
+/// Runs `spec` on `gpu` and writes its trace to `path` as it runs, one step's record at a time
+/// (`profiler::io::TraceWriter`): memory holds each record without its spans, not the trace, so
+/// a capture of any length at `--timestamps dispatch` keeps its memory flat. The trace is staged
+/// beside `path`; nothing replaces `path` until the caller commits it.
+pub fn capture_to(
+    gpu: &Gpu,
+    model: &Model,
+    spec: &CaptureSpec,
+    path: &Path,
+) -> anyhow::Result<Streamed> {
+    let mut engine = engine_for(gpu, model, spec)?;
+    engine.stream_records(TraceWriter::create(path)?)?;
+    let generation = generate_for(&mut engine, model, spec)?;
+    let meta = trace_meta(&engine, model, spec, &generation);
+    let summary = summarize_records(engine.records(), meta.run.batch);
+    let staged = engine.finish_stream(&meta)?;
+    Ok(Streamed {
+        staged,
+        summary,
+        generation,
+    })
+}
+
+/// The engine for `spec`, with room for its prompt and decode tokens.
+fn engine_for(gpu: &Gpu, model: &Model, spec: &CaptureSpec) -> anyhow::Result<Engine> {
     let max_seq = spec
         .prompt_ids
         .len()
@@ -69,23 +114,32 @@ pub fn capture(
         kv: spec.kv,
         logits_readback: spec.logits_readback,
     };
-    let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
+    let engine = Engine::new(gpu, &model.config, &model.weights, opts)
         .context("cannot set up the Vulkan decoder")?;
     for line in engine.persistent_report() {
         eprintln!("{line}");
     }
+    Ok(engine)
+}
+
+/// Runs the prompt and the decode steps of `spec` on `engine` (every sequence of a batch; the
+/// first one's generation is returned).
+fn generate_for(
+    engine: &mut Engine,
+    model: &Model,
+    spec: &CaptureSpec,
+) -> anyhow::Result<Generation> {
     if spec.kv.batch > 1 {
         let prompts = batch_prompts(&spec.prompt_ids, spec.kv.batch);
         let mut gens = generate_batch(
-            &mut engine,
+            engine,
             &prompts,
             spec.decode_tokens + 1,
             spec.logits_readback,
         )?;
         let mut first = gens.swap_remove(0);
         first.text = model.tokenizer.decode(&first.ids).unwrap_or_default();
-        let trace = build_trace(&engine, model, spec, &first);
-        return Ok((trace, first));
+        return Ok(first);
     }
     let gen_opts = GenerateOptions {
         max_tokens: spec.decode_tokens + 1,
@@ -95,15 +149,13 @@ pub fn capture(
         ignore_eos: true,
         dump_logits: spec.logits_readback,
     };
-    let generation = generate(
-        &mut engine,
+    generate(
+        engine,
         &model.tokenizer,
         &spec.prompt_ids,
         &gen_opts,
         &mut |_| {},
-    )?;
-    let trace = build_trace(&engine, model, spec, &generation);
-    Ok((trace, generation))
+    )
 }
 
 /// The trace of everything `engine` ran.
@@ -113,78 +165,88 @@ pub fn build_trace(
     spec: &CaptureSpec,
     generation: &Generation,
 ) -> Trace {
-    let info = engine.gpu().info();
-    let cfg = &model.config;
-    let shape = shape_of(cfg, engine.shape().max_seq);
     Trace {
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
-        meta: Meta {
-            tool: ToolMeta {
-                name: "decodescope".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-            },
-            created_unix_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            epoch_host_ns: engine.epoch_ns(),
-            device: DeviceMeta {
-                name: info.name.clone(),
-                device_type: info.device_type.clone(),
-                vendor_id: info.vendor_id,
-                device_id: info.device_id,
-                driver: format!("{} {}", info.driver_name, info.driver_info)
-                    .trim()
-                    .to_string(),
-                api_version: info.api_version.clone(),
-                timestamp_period_ns: info.timestamp_period_ns as f64,
-                compute_units: info.compute_units,
-                memory_bandwidth_gbps: engine.gpu().bandwidth().map(|b| b.read_gbps),
-            },
-            clock: engine.clock().clone(),
-            model: ModelMeta {
-                name: spec.model_name.clone(),
-                architecture: cfg.arch.model_type().into(),
-                parameters: cfg.parameter_count(),
-                layers: cfg.layers as u32,
-                hidden: cfg.hidden as u32,
-                heads: cfg.heads as u32,
-                kv_heads: cfg.kv_heads as u32,
-                head_dim: cfg.head_dim as u32,
-                intermediate: cfg.intermediate as u32,
-                vocab: cfg.vocab as u32,
-                weight_dtype: "f16".into(),
-                weight_bytes_per_token: shape.weight_bytes_per_token(),
-            },
-            knobs: spec.knobs.to_trace(),
-            run: RunMeta {
-                prompt: spec.prompt.clone(),
-                prompt_tokens: spec.prompt_ids.len() as u32,
-                decode_tokens: spec.decode_tokens as u32,
-                context: 0,
-                kv_layout: spec.kv.layout_name(),
-                kv_dtype: spec.kv.dtype.name().into(),
-                kv_block_size: if spec.kv.kind == KvKind::Paged {
-                    spec.kv.block
-                } else {
-                    0
-                },
-                kv_window: spec.kv.attention_window(),
-                paged_attention: if spec.kv.kind == KvKind::Paged {
-                    spec.kv.paged_attention.name().into()
-                } else {
-                    String::new()
-                },
-                batch: spec.kv.batch.max(1),
-                prefill_chunk: spec.kv.prefill_chunk,
-                timestamps: spec.timestamps.name().into(),
-                generated_ids: generation.ids.clone(),
-                generated_text: generation.text.clone(),
-            },
-            capture: None,
-        },
+        meta: trace_meta(engine, model, spec, generation),
         ops: engine.ops().to_vec(),
         tokens: engine.records().to_vec(),
+    }
+}
+
+/// The metadata of a trace of what `engine` ran for `spec`.
+pub fn trace_meta(
+    engine: &Engine,
+    model: &Model,
+    spec: &CaptureSpec,
+    generation: &Generation,
+) -> Meta {
+    let info = engine.gpu().info();
+    let cfg = &model.config;
+    let shape = shape_of(cfg, engine.shape().max_seq);
+    Meta {
+        tool: ToolMeta {
+            name: "decodescope".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        created_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        epoch_host_ns: engine.epoch_ns(),
+        device: DeviceMeta {
+            name: info.name.clone(),
+            device_type: info.device_type.clone(),
+            vendor_id: info.vendor_id,
+            device_id: info.device_id,
+            driver: format!("{} {}", info.driver_name, info.driver_info)
+                .trim()
+                .to_string(),
+            api_version: info.api_version.clone(),
+            timestamp_period_ns: info.timestamp_period_ns as f64,
+            compute_units: info.compute_units,
+            memory_bandwidth_gbps: engine.gpu().bandwidth().map(|b| b.read_gbps),
+        },
+        clock: engine.clock().clone(),
+        model: ModelMeta {
+            name: spec.model_name.clone(),
+            architecture: cfg.arch.model_type().into(),
+            parameters: cfg.parameter_count(),
+            layers: cfg.layers as u32,
+            hidden: cfg.hidden as u32,
+            heads: cfg.heads as u32,
+            kv_heads: cfg.kv_heads as u32,
+            head_dim: cfg.head_dim as u32,
+            intermediate: cfg.intermediate as u32,
+            vocab: cfg.vocab as u32,
+            weight_dtype: "f16".into(),
+            weight_bytes_per_token: shape.weight_bytes_per_token(),
+        },
+        knobs: spec.knobs.to_trace(),
+        run: RunMeta {
+            prompt: spec.prompt.clone(),
+            prompt_tokens: spec.prompt_ids.len() as u32,
+            decode_tokens: spec.decode_tokens as u32,
+            context: 0,
+            kv_layout: spec.kv.layout_name(),
+            kv_dtype: spec.kv.dtype.name().into(),
+            kv_block_size: if spec.kv.kind == KvKind::Paged {
+                spec.kv.block
+            } else {
+                0
+            },
+            kv_window: spec.kv.attention_window(),
+            paged_attention: if spec.kv.kind == KvKind::Paged {
+                spec.kv.paged_attention.name().into()
+            } else {
+                String::new()
+            },
+            batch: spec.kv.batch.max(1),
+            prefill_chunk: spec.kv.prefill_chunk,
+            timestamps: spec.timestamps.name().into(),
+            generated_ids: generation.ids.clone(),
+            generated_text: generation.text.clone(),
+        },
+        capture: None,
     }
 }
 
@@ -219,11 +281,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Medians over the decode tokens of `trace` (the prefill excluded).
 pub fn summarize(trace: &Trace) -> Summary {
-    let d: Vec<_> = trace
-        .tokens
-        .iter()
-        .filter(|t| t.phase == Phase::Decode)
-        .collect();
+    summarize_records(&trace.tokens, trace.meta.run.batch)
+}
+
+/// Medians over the decode records of `tokens` (the prefill excluded), a record of a batch of
+/// `batch` sequences advancing each by one token. Reads no spans, so the span-less records of
+/// a streamed capture give the same summary as the trace.
+pub fn summarize_records(tokens: &[TokenRecord], batch: u32) -> Summary {
+    let d: Vec<_> = tokens.iter().filter(|t| t.phase == Phase::Decode).collect();
     let m =
         |f: &dyn Fn(&profiler::trace::TokenRecord) -> f64| median(d.iter().map(|t| f(t)).collect());
     let gpu: Vec<f64> = d
@@ -232,7 +297,7 @@ pub fn summarize(trace: &Trace) -> Summary {
         .collect();
     let wall_us = m(&|t| t.wall_ns as f64 / 1e3);
     // A decode record of a batch advances every sequence by one token.
-    let batch = trace.meta.run.batch.max(1) as f64;
+    let batch = batch.max(1) as f64;
     Summary {
         decode_tokens: d.len(),
         submits: m(&|t| t.counters.submits() as f64),

@@ -36,372 +36,25 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use serde::{Deserialize, Serialize};
+mod raw;
+mod records;
+mod steps;
 
-use crate::trace::{
-    CaptureMeta, CaptureQueue, CaptureTail, ClockMeta, Counters, DeviceMeta, FORMAT_NAME,
-    FORMAT_VERSION, GpuSpan, HostSpan, Knobs, Meta, ModelMeta, OpInfo, Phase, RunMeta, TokenRecord,
-    ToolMeta, Trace, UNKNOWN,
+pub use records::StepStream;
+
+pub use raw::{
+    LIVE_BYTES, LIVE_MAGIC, LIVE_SLOTS, LIVE_WORDS, LiveDevice, RAW_VERSION, RawCapture, RawDevice,
+    RawGpuSpan, RawGroup, RawOp, RawProcess, RawQueue, RawQueueWork, RawRecord, RawUntimed,
+    parse_live, parse_raw, read_raw,
+};
+pub use steps::{
+    Anchor, MIN_REPEATS, Period, Segmentation, StepRule, extend_by_work, find_period, segment,
 };
 
-/// Version of the raw record stream; the layer and `profiler record` are built together, so a
-/// mismatch means a stale library.
-pub const RAW_VERSION: u32 = 2;
-
-/// Fewest repetitions of a period that [`StepRule::Auto`] accepts as a decode loop.
-pub const MIN_REPEATS: usize = 3;
-
-/// One line of a raw capture file.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "snake_case")]
-pub enum RawRecord {
-    Process(RawProcess),
-    Device(RawDevice),
-    Queue(RawQueue),
-    Op(RawOp),
-    Group(RawGroup),
-}
-
-/// A queue the program got from a device (`vkGetDeviceQueue`/`vkGetDeviceQueue2`), announced
-/// before the first group that submits to it.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct RawQueue {
-    pub device: u32,
-    /// The queue's number within its device (the order the program first got it).
-    pub id: u32,
-    pub family: u32,
-    pub index: u32,
-    /// `compute` or `transfer`.
-    pub kind: String,
-}
-
-/// `[queue id, submits, command buffers, dispatches]`: what one group submitted to one queue.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RawQueueWork(pub u32, pub u64, pub u64, pub u64);
-
-/// `[group, dispatches]`: dispatches submitted in group `group` that have no GPU span at the
-/// layer's timestamp level (reported when that became known: at the submit for work that could
-/// not be timed, at a read for results that never became available).
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RawUntimed(pub u64, pub u64);
-
-/// The first record of a file: the process the layer was loaded into.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct RawProcess {
-    pub raw_version: u32,
-    pub pid: u32,
-    /// `/proc/self/exe`.
-    pub exe: String,
-    /// The timestamp level the layer ran at: `off`, `submit`, `command-buffer`, `dispatch`.
-    pub timestamps: String,
-    /// The layer's own version.
-    pub layer_version: String,
-}
-
-/// A `VkDevice` the program created.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct RawDevice {
-    /// Index of the device within the process (creation order).
-    pub device: u32,
-    pub info: DeviceMeta,
-    /// How the layer's GPU timestamps map to the host clock (`method = "none"` without them).
-    pub clock: ClockMeta,
-    /// Timestamp level actually used on this device (`off` when its queues cannot write them).
-    pub timestamps: String,
-}
-
-/// A label that GPU spans of a device name by id.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct RawOp {
-    pub device: u32,
-    pub id: u32,
-    pub label: String,
-    /// `dispatch` for a dispatch, `region` for a submit or command buffer span.
-    pub kind: String,
-}
-
-/// Every call of one device from the end of the previous host wait to the end of this one.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct RawGroup {
-    pub device: u32,
-    /// 0-based, consecutive per device.
-    pub index: u64,
-    /// `fence`, `queue-idle`, `device-idle`, `semaphore`, or `destroy` (what was left when the
-    /// device was destroyed).
-    pub wait: String,
-    /// Host monotonic ns (absolute): the previous group's end, and the moment the wait returned.
-    pub start_ns: u64,
-    pub end_ns: u64,
-    /// Hash of the GPU work as submitted (the commands of every submitted command buffer in
-    /// order, the submits, the kind of wait; see the module docs): equal work, equal hash.
-    pub signature: u64,
-    /// Hash of the same commands regardless of order and of how they were split into command
-    /// buffers and submits (and the kind of wait).
-    #[serde(default)]
-    pub work_signature: u64,
-    pub counters: Counters,
-    /// `record`, `descriptors`, `submit` and `wait` spans, `start_ns` absolute, depth 1.
-    #[serde(default)]
-    pub host_spans: Vec<HostSpan>,
-    /// GPU spans read back at this wait (they may belong to earlier groups).
-    #[serde(default)]
-    pub gpu_spans: Vec<RawGpuSpan>,
-    /// Timestamp pairs the layer had to drop (query slots exhausted, results never available).
-    #[serde(default)]
-    pub dropped_timestamps: u64,
-    /// Dispatches without a GPU span, by the group that submitted them (see [`RawUntimed`]).
-    #[serde(default)]
-    pub untimed: Vec<RawUntimed>,
-    /// What this group submitted to each queue.
-    #[serde(default)]
-    pub queues: Vec<RawQueueWork>,
-}
-
-/// `[group, submit, op, queue, start_gpu_ns, end_gpu_ns]`: a span of the work of submit number
-/// `submit` (0-based within `group`), GPU times in ns (ticks times the timestamp period).
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RawGpuSpan(pub u64, pub u32, pub u32, pub u8, pub u64, pub u64);
-
-/// How wait groups become steps.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum StepRule {
-    /// One step per period of the repeating pattern of wait groups (see the module docs).
-    #[default]
-    Auto,
-    /// Every wait group is its own step.
-    Wait,
-}
-
-impl StepRule {
-    pub fn name(self) -> &'static str {
-        match self {
-            StepRule::Auto => "auto",
-            StepRule::Wait => "wait",
-        }
-    }
-}
-
-/// The decode loop that [`find_period`] found: `count` periods of `period` wait groups starting
-/// at group `start`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Period {
-    pub start: usize,
-    pub period: usize,
-    pub count: usize,
-    /// Of the `count` periods, the leading ones added because their executed work matched.
-    pub extended: usize,
-}
-
-impl Period {
-    pub fn end(&self) -> usize {
-        self.start + self.period * self.count
-    }
-}
-
-/// Finds the last stretch of `signatures` that repeats with some period P at least
-/// `min_repeats` times, every period holding GPU work (`has_work`), anchored at the stretch's
-/// end. Among stretches ending last, the one covering most groups wins, then the smallest P.
-pub fn find_period(signatures: &[u64], has_work: &[bool], min_repeats: usize) -> Option<Period> {
-    let n = signatures.len();
-    let min_repeats = min_repeats.max(2);
-    // (end, covered, -period) is maximised.
-    let mut best: Option<(usize, usize, Period)> = None;
-    for p in 1..=n / min_repeats {
-        let mut j = 0;
-        while j + p < n {
-            if signatures[j] != signatures[j + p] {
-                j += 1;
-                continue;
-            }
-            let a = j;
-            while j + p < n && signatures[j] == signatures[j + p] {
-                j += 1;
-            }
-            // signatures[a..j] equal signatures[a+p..j+p]: the stretch a..j+p has period p.
-            let end = j + p;
-            let count = (end - a) / p;
-            if count < min_repeats {
-                continue;
-            }
-            let start = end - count * p;
-            if !has_work[start..start + p].iter().any(|&w| w) {
-                continue;
-            }
-            let covered = count * p;
-            let better = match &best {
-                None => true,
-                Some((e, c, bp)) => {
-                    end > *e || (end == *e && (covered > *c || (covered == *c && p < bp.period)))
-                }
-            };
-            if better {
-                best = Some((
-                    end,
-                    covered,
-                    Period {
-                        start,
-                        period: p,
-                        count,
-                        extended: 0,
-                    },
-                ));
-            }
-        }
-    }
-    best.map(|(_, _, p)| p)
-}
-
-/// Steps over wait groups: index ranges with their phase.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Segmentation {
-    pub steps: Vec<(Phase, Range<usize>)>,
-    /// Groups summed into `meta.capture.epilogue` rather than a step.
-    pub epilogue: Range<usize>,
-    pub period: Option<Period>,
-    /// One sentence on how the steps were made, for `meta.capture.step_rule_detail`.
-    pub detail: String,
-}
-
-/// Extends `p` backwards by whole periods whose `work` signatures equal those of its first
-/// period, position by position.
-pub fn extend_by_work(mut p: Period, work: &[u64]) -> Period {
-    if work.len() < p.end() {
-        return p;
-    }
-    while p.start >= p.period
-        && (0..p.period).all(|i| work[p.start - p.period + i] == work[p.start + i])
-    {
-        p.start -= p.period;
-        p.count += 1;
-        p.extended += 1;
-    }
-    p
-}
-
-/// Where the decode loop's periods start: at the end of the repeating stretch (a complete run,
-/// whose last step ends where the teardown begins), or at its start (a run cut short, whose last
-/// period may be partial).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Anchor {
-    End,
-    Start,
-}
-
-/// Re-anchors `p` at the start of its repeating stretch: the earliest group from which the
-/// signatures repeat with its period up to `p.end()`.
-fn anchor_at_start(mut p: Period, signatures: &[u64]) -> Period {
-    let end = p.end();
-    let mut a = p.start;
-    while a > 0 && a - 1 + p.period < end && signatures[a - 1] == signatures[a - 1 + p.period] {
-        a -= 1;
-    }
-    p.count = (end - a) / p.period;
-    p.start = a;
-    p
-}
-
-/// Groups wait groups into steps by `rule` (see the module docs): `signatures` as submitted,
-/// `work` regardless of submits (empty: no extension), `has_work` where a group submitted.
-/// With [`Anchor::Start`] the periods start where the repetition starts and the groups after
-/// the last whole period are left out of the steps (`epilogue`: for a run cut short, its tail).
-pub fn segment(
-    signatures: &[u64],
-    work: &[u64],
-    has_work: &[bool],
-    rule: StepRule,
-    anchor: Anchor,
-) -> Segmentation {
-    let n = signatures.len();
-    let period = find_period(signatures, has_work, MIN_REPEATS)
-        .map(|p| match anchor {
-            Anchor::End => p,
-            Anchor::Start => anchor_at_start(p, signatures),
-        })
-        .map(|p| extend_by_work(p, work));
-    let extended = |p: &Period| match p.extended {
-        0 => String::new(),
-        k => format!(
-            " (the first {k} of them submitted the same work in a different number of \
-             submits or command buffers)"
-        ),
-    };
-    let mut steps = Vec::new();
-    match (rule, period) {
-        (StepRule::Auto, Some(p)) => {
-            if p.start > 0 {
-                steps.push((Phase::Prefill, 0..p.start));
-            }
-            for k in 0..p.count {
-                let a = p.start + k * p.period;
-                steps.push((Phase::Decode, a..a + p.period));
-            }
-            Segmentation {
-                steps,
-                epilogue: p.end()..n,
-                period,
-                detail: format!(
-                    "auto: the wait groups repeat with a period of {} wait group(s), {} times{}; \
-                     one decode step per period{}, the {} wait group(s) before them one prefill \
-                     step, the {} after them the {}",
-                    p.period,
-                    p.count,
-                    extended(&p),
-                    match anchor {
-                        Anchor::End => "",
-                        Anchor::Start => " counted from the first (the run was cut short)",
-                    },
-                    p.start,
-                    n - p.end(),
-                    match anchor {
-                        Anchor::End => "epilogue",
-                        Anchor::Start => "tail",
-                    }
-                ),
-            }
-        }
-        (StepRule::Wait, Some(p)) => {
-            for i in 0..p.end() {
-                let phase = if i < p.start {
-                    Phase::Prefill
-                } else {
-                    Phase::Decode
-                };
-                steps.push((phase, i..i + 1));
-            }
-            Segmentation {
-                steps,
-                epilogue: p.end()..n,
-                period,
-                detail: format!(
-                    "wait: one step per wait group; the {} before the repeating pattern (period {} \
-                     wait groups, {} times{}) are prefill, the {} after it the epilogue",
-                    p.start,
-                    p.period,
-                    p.count,
-                    extended(&p),
-                    n - p.end()
-                ),
-            }
-        }
-        (rule, None) => {
-            for i in 0..n {
-                steps.push((Phase::Decode, i..i + 1));
-            }
-            let why = match rule {
-                StepRule::Auto => {
-                    "auto found no pattern of wait groups repeating at least 3 times, so "
-                }
-                StepRule::Wait => "",
-            };
-            Segmentation {
-                steps,
-                epilogue: n..n,
-                period: None,
-                detail: format!("wait: {why}every wait group is one decode step"),
-            }
-        }
-    }
-}
+use crate::trace::{
+    CaptureMeta, CaptureQueue, CaptureTail, Counters, FORMAT_NAME, FORMAT_VERSION, Knobs, Meta,
+    ModelMeta, OpInfo, Phase, RunMeta, TokenRecord, ToolMeta, Trace, UNKNOWN,
+};
 
 /// Everything `profiler record` knows about the program it ran.
 #[derive(Clone, Debug, Default)]
@@ -436,6 +89,12 @@ pub enum CaptureError {
          reads format {RAW_VERSION}; rebuild the layer and the profiler together"
     )]
     Version { file: String, found: u32 },
+    #[error("cannot read the raw capture {file}: {err}")]
+    Read {
+        file: String,
+        /// In the message, so not a `#[source]`.
+        err: std::io::Error,
+    },
     #[error("the raw capture {file} is not valid at line {line}: {message}")]
     Invalid {
         file: String,
@@ -444,412 +103,297 @@ pub enum CaptureError {
     },
 }
 
-/// The live file `live.PID` beside the raw file: a fixed array of [`LIVE_SLOTS`] slots of
-/// [`LIVE_WORDS`] little-endian u64 words that the layer keeps current with plain stores into a
-/// shared mapping, so that it survives the program's death (SIGKILL included) with the counters
-/// of work the program submitted after the last record the layer wrote. Words of a slot:
-/// 0 [`LIVE_MAGIC`] when in use, 1 the device index, 2 wait groups closed, 3 the open group's
-/// start (host ns), 4 the last submit's time (host ns), 5.. every counter counted on the device
-/// so far, in [`Counters::to_fields`] order.
-pub const LIVE_SLOTS: usize = 8;
-/// u64 words per slot of the live file.
-pub const LIVE_WORDS: usize = 32;
-/// Word 0 of a slot in use.
-pub const LIVE_MAGIC: u64 = 0x6465_636f_6465_4c32;
-/// Size of the live file in bytes.
-pub const LIVE_BYTES: usize = LIVE_SLOTS * LIVE_WORDS * 8;
-
-/// One device's slot of the live file.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LiveDevice {
-    pub device: u32,
-    pub groups_closed: u64,
-    pub open_start_ns: u64,
-    pub last_submit_ns: u64,
-    /// Everything counted on the device up to its last submit.
-    pub counters: Counters,
-}
-
-/// The slots in use of a live file's bytes (a short or foreign file has none).
-pub fn parse_live(bytes: &[u8]) -> Vec<LiveDevice> {
-    let word = |i: usize| -> u64 {
-        bytes
-            .get(i * 8..i * 8 + 8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_le_bytes)
-    };
-    (0..LIVE_SLOTS)
-        .filter_map(|s| {
-            let w = |k: usize| word(s * LIVE_WORDS + k);
-            (w(0) == LIVE_MAGIC).then(|| LiveDevice {
-                device: w(1) as u32,
-                groups_closed: w(2),
-                open_start_ns: w(3),
-                last_submit_ns: w(4),
-                counters: Counters::from_fields(std::array::from_fn(|i| w(5 + i))),
-            })
-        })
-        .collect()
-}
-
-/// One raw file, parsed.
-#[derive(Clone, Debug, Default)]
-pub struct RawCapture {
-    pub file: String,
-    pub process: Option<RawProcess>,
-    pub devices: Vec<RawDevice>,
-    pub ops: Vec<RawOp>,
-    pub queues: Vec<RawQueue>,
-    pub groups: Vec<RawGroup>,
-    /// True when the last line was cut short (the program died while the layer wrote it).
-    pub truncated: bool,
-    /// The process's live file, where there is one ([`parse_live`]).
-    pub live: Vec<LiveDevice>,
-}
-
-/// Parses one raw file's text. A final line without its newline is a record cut short by the
-/// program's death: it is dropped and `truncated` set. Anything else malformed is an error.
-pub fn parse_raw(file: &str, text: &str) -> Result<RawCapture, CaptureError> {
-    let mut out = RawCapture {
-        file: file.to_owned(),
-        ..RawCapture::default()
-    };
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let rec: RawRecord = match serde_json::from_str(line) {
-            Ok(r) => r,
-            Err(_) if i + 1 == lines.len() && !complete => {
-                out.truncated = true;
-                break;
-            }
-            Err(e) => {
-                return Err(CaptureError::Invalid {
-                    file: file.to_owned(),
-                    line: i + 1,
-                    message: e.to_string(),
-                });
-            }
-        };
-        match rec {
-            RawRecord::Process(p) => {
-                if p.raw_version != RAW_VERSION {
-                    return Err(CaptureError::Version {
-                        file: file.to_owned(),
-                        found: p.raw_version,
-                    });
-                }
-                out.process = Some(p);
-            }
-            RawRecord::Device(d) => out.devices.push(d),
-            RawRecord::Queue(q) => out.queues.push(q),
-            RawRecord::Op(o) => out.ops.push(o),
-            RawRecord::Group(g) => out.groups.push(g),
-        }
-    }
-    Ok(out)
-}
-
 /// Turns the raw captures of one program run into a trace of its busiest device (the one with
-/// the most submits).
+/// the most submits), in memory. [`Plan::new`] and [`StepStream`] do the same one group at a
+/// time, for a trace written as it is built (`profiler record`).
 pub fn build_trace(
     raws: &[RawCapture],
     run: &ProgramRun,
     rule: StepRule,
     kinds: &crate::kinds::KindRules,
 ) -> Result<Trace, CaptureError> {
-    let loaded: Vec<&RawCapture> = raws.iter().filter(|r| r.process.is_some()).collect();
-    if loaded.is_empty() {
-        return Err(CaptureError::NoVulkan {
-            program: run.program.clone(),
-        });
-    }
-    // (raw file, device) with the most submits.
-    let mut best: Option<(usize, u32, u64)> = None;
-    let mut seen = Vec::new();
-    for (fi, r) in loaded.iter().enumerate() {
-        for d in &r.devices {
-            let submits: u64 = r
-                .groups
-                .iter()
-                .filter(|g| g.device == d.device)
-                .map(|g| g.counters.submits())
-                .sum();
-            seen.push(format!(
-                "{} (pid {}, {submits} submits)",
-                d.info.name,
-                r.process.as_ref().map_or(0, |p| p.pid)
-            ));
-            if best.is_none_or(|(_, _, s)| submits > s) {
-                best = Some((fi, d.device, submits));
-            }
-        }
-    }
-    let Some((fi, dev, _)) = best else {
-        return Err(CaptureError::NoDevice {
-            program: run.program.clone(),
-        });
+    let heads: Vec<RawHeads> = raws.iter().map(RawHeads::of).collect();
+    let plan = Plan::new(&heads, run, rule, kinds)?;
+    let mut tokens = Vec::new();
+    let mut stream = StepStream::new(&plan);
+    let mut keep = |t: TokenRecord| -> Result<(), CaptureError> {
+        tokens.push(t);
+        Ok(())
     };
-    let raw = loaded[fi];
-    let device = raw
-        .devices
-        .iter()
-        .find(|d| d.device == dev)
-        .cloned()
-        .unwrap_or_default();
-    let process = raw.process.clone().unwrap_or_default();
-    let groups: Vec<&RawGroup> = raw.groups.iter().filter(|g| g.device == dev).collect();
-    if groups.is_empty() {
-        return Err(CaptureError::NoWork {
-            program: run.program.clone(),
-            device: device.info.name.clone(),
-        });
+    for g in raws[plan.file()].groups.iter() {
+        stream.feed(g, &mut keep)?;
     }
-
-    // Ops of this device, renumbered densely in id order.
-    let mut op_index: BTreeMap<u32, u32> = BTreeMap::new();
-    let mut ops: Vec<OpInfo> = Vec::new();
-    let mut dev_ops: Vec<&RawOp> = raw.ops.iter().filter(|o| o.device == dev).collect();
-    dev_ops.sort_by_key(|o| o.id);
-    for o in dev_ops {
-        op_index.insert(o.id, ops.len() as u32);
-        ops.push(OpInfo {
-            label: o.label.clone(),
-            // A dispatch gets the kind of the first op-kind rule its label matches.
-            kind: kinds.classify(&o.label, &o.kind).to_owned(),
-            ..OpInfo::default()
-        });
-    }
-
-    let signatures: Vec<u64> = groups.iter().map(|g| g.signature).collect();
-    let work: Vec<u64> = groups.iter().map(|g| g.work_signature).collect();
-    let has_work: Vec<bool> = groups.iter().map(|g| g.counters.submits() > 0).collect();
-    // Work the live file saw submitted after the last group the layer wrote: the open group of
-    // a program that died between two waits.
-    let live = raw.live.iter().find(|l| l.device == dev);
-    let mut written = Counters::default();
-    for g in &groups {
-        written.add(&g.counters);
-    }
-    let unwritten = live.map_or(Counters::default(), |l| l.counters.saturating_sub(&written));
-    let open_work = unwritten.submits() > 0 || unwritten.dispatches > 0;
-    let cut = run.signal.is_some() || raw.truncated || open_work;
-    let anchor = if cut { Anchor::Start } else { Anchor::End };
-    let seg = segment(&signatures, &work, &has_work, rule, anchor);
-
-    // GPU spans and untimed dispatches are reported at a later wait than the one that ends
-    // their submit's group.
-    let mut spans_of: BTreeMap<u64, Vec<RawGpuSpan>> = BTreeMap::new();
-    let mut untimed_of: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut dropped = 0u64;
-    for g in &groups {
-        dropped += g.dropped_timestamps;
-        for s in &g.gpu_spans {
-            spans_of.entry(s.0).or_default().push(*s);
-        }
-        for u in &g.untimed {
-            *untimed_of.entry(u.0).or_default() += u.1;
-        }
-    }
-    let untimed_dispatches: u64 = untimed_of.values().sum();
-    let epoch = groups.first().map_or(0, |g| g.start_ns);
-    let rel = |t: u64| t.saturating_sub(epoch);
-    let timestamps_on = device.timestamps != "off";
-    let calibrated = device.clock.calibrated;
-    let mut tokens = Vec::with_capacity(seg.steps.len());
-    let mut decode_index = 0u32;
-    for (phase, range) in &seg.steps {
-        let gs = &groups[range.clone()];
-        let (Some(first), Some(last)) = (gs.first(), gs.last()) else {
-            continue;
-        };
-        let start = first.start_ns;
-        let wall = last.end_ns.saturating_sub(start);
-        let mut counters = Counters::default();
-        let mut host_spans = vec![HostSpan("token".into(), rel(start), wall, 0)];
-        let mut raw_spans: Vec<(RawGpuSpan, u32)> = Vec::new();
-        let mut submits_before = 0u32;
-        let mut wait_ns = 0u64;
-        let mut gpu_untimed = 0u64;
-        for g in gs {
-            counters.add(&g.counters);
-            gpu_untimed += untimed_of.get(&g.index).copied().unwrap_or(0);
-            for h in &g.host_spans {
-                if h.0 == "wait" {
-                    wait_ns += h.2;
-                }
-                host_spans.push(HostSpan(h.0.clone(), rel(h.1), h.2, h.3));
-            }
-            if let Some(v) = spans_of.get(&g.index) {
-                raw_spans.extend(v.iter().map(|s| (*s, s.1 + submits_before)));
-            }
-            submits_before += g.counters.submits() as u32;
-        }
-        let gpu_spans = place_gpu_spans(
-            &raw_spans,
-            &op_index,
-            if calibrated {
-                Some(device.clock.gpu_minus_host_ns)
-            } else {
-                None
-            },
-            epoch,
-            start,
-            last.end_ns,
-        );
-        let gpu_busy_ns = timestamps_on.then(|| crate::stats::union_ns(&gpu_spans));
-        let position = match phase {
-            Phase::Prefill => 0,
-            Phase::Decode => {
-                decode_index += 1;
-                decode_index - 1
-            }
-        };
-        tokens.push(TokenRecord {
-            index: tokens.len() as u32,
-            phase: *phase,
-            position,
-            n_tokens: 1,
-            kv_len: 0,
-            token_id: None,
-            start_ns: rel(start),
-            wall_ns: wall,
-            host_enqueue_ns: wall.saturating_sub(wait_ns),
-            host_wait_ns: wait_ns,
-            gpu_busy_ns,
-            counters,
-            host_spans,
-            gpu_spans,
-            gpu_untimed,
-        });
-    }
-
-    let mut epilogue = Counters::default();
-    let mut epilogue_wall_ns = 0;
-    let mut tail = None;
-    let ended = match (run.exit_code, run.signal) {
-        (_, Some(s)) => format!("the program was ended by signal {s}"),
-        (Some(c), None) => format!("the program exited with status {c}"),
-        (None, None) => "the program's end is unknown".into(),
-    };
-    if cut {
-        // A run cut short: what follows the last whole step, and what the live file saw
-        // submitted after the last record, is its tail.
-        let after = &groups[seg.epilogue.clone()];
-        let mut counters = unwritten;
-        for g in after {
-            counters.add(&g.counters);
-        }
-        let from = tokens
-            .last()
-            .map_or(epoch, |t| epoch + t.start_ns + t.wall_ns);
-        let last = after
-            .last()
-            .map_or(from, |g| g.end_ns)
-            .max(live.map_or(0, |l| l.last_submit_ns));
-        if counters != Counters::default() {
-            tail = Some(CaptureTail {
-                reason: format!(
-                    "{ended} before this work's wait group ended: {} wait group(s) after the \
-                     last step{}",
-                    after.len(),
-                    if open_work {
-                        ", and work submitted after the last wait"
-                    } else {
-                        ""
-                    }
-                ),
-                wait_groups: after.len() as u64 + u64::from(open_work),
-                counters,
-                wall_ns: last.saturating_sub(from),
-            });
-        }
-    } else if let (Some(a), Some(b)) = (
-        groups.get(seg.epilogue.start),
-        seg.epilogue.end.checked_sub(1).and_then(|i| groups.get(i)),
-    ) {
-        for g in &groups[seg.epilogue.clone()] {
-            epilogue.add(&g.counters);
-        }
-        epilogue_wall_ns = b.end_ns.saturating_sub(a.start_ns);
-    }
-    // Every queue of every device, with what was submitted to it (groups, plus a cut run's
-    // unwritten work on the traced device's only queue, where there is one).
-    let mut queues: Vec<CaptureQueue> = Vec::new();
-    for r in &loaded {
-        for q in &r.queues {
-            let name = r
-                .devices
-                .iter()
-                .find(|d| d.device == q.device)
-                .map_or(String::new(), |d| d.info.name.clone());
-            let mut cq = CaptureQueue {
-                device: q.device,
-                device_name: name,
-                family: q.family,
-                index: q.index,
-                kind: q.kind.clone(),
-                ..CaptureQueue::default()
-            };
-            for g in r.groups.iter().filter(|g| g.device == q.device) {
-                for w in g.queues.iter().filter(|w| w.0 == q.id) {
-                    cq.submits += w.1;
-                    cq.command_buffers += w.2;
-                    cq.dispatches += w.3;
-                }
-            }
-            queues.push(cq);
-        }
-    }
-    queues.retain(|q| q.submits > 0);
-    let complete = run.exit_code == Some(0) && !raw.truncated && tail.is_none();
-    let mut notes = Vec::new();
-    match (run.exit_code, run.signal) {
-        (Some(0), _) => {}
-        (Some(c), _) => notes.push(format!(
-            "the program exited with status {c}: the trace holds what it did until then"
-        )),
-        (None, Some(s)) => notes.push(format!(
-            "the program was ended by signal {s}{}: the trace holds what it did until then",
-            if run.interrupted { " after Ctrl-C" } else { "" }
-        )),
-        (None, None) => notes.push("the program's exit status is unknown".into()),
-    }
-    if raw.truncated {
-        notes.push(format!(
-            "the layer's last record in {} was cut short and is left out",
-            raw.file
-        ));
-    }
-    if let Some(t) = &tail {
-        notes.push(format!(
-            "the last {} dispatch(es) and {} submit(s) ran after the last complete step and are \
-             in meta.capture.tail, not in a step",
-            t.counters.dispatches,
-            t.counters.submits()
-        ));
-    }
-    if timestamps_on && untimed_dispatches > 0 {
-        notes.push(format!(
-            "{untimed_dispatches} dispatch(es) have no GPU span (gpu_untimed in their steps): \
-             GPU time and the op table cover the rest"
-        ));
-    }
-    if seen.len() > 1 {
-        notes.push(format!(
-            "devices seen: {}; this trace is of the busiest",
-            seen.join(", ")
-        ));
-    }
-    let decode_steps = tokens.iter().filter(|t| t.phase == Phase::Decode).count() as u32;
-    let unknown = || UNKNOWN.to_owned();
+    stream.finish(&mut keep)?;
+    let (meta, ops) = plan.into_parts();
     Ok(Trace {
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
-        meta: Meta {
+        meta,
+        ops,
+        tokens,
+    })
+}
+
+/// A raw file without the spans of its groups: what [`Plan::new`] reads.
+#[derive(Clone, Debug, Default)]
+pub struct RawHeads {
+    /// Every record but the groups (`groups` is empty).
+    pub raw: RawCapture,
+    /// The groups, every device's, in file order.
+    pub groups: Vec<GroupHead>,
+}
+
+impl RawHeads {
+    /// The heads of a file parsed whole.
+    pub fn of(raw: &RawCapture) -> RawHeads {
+        RawHeads {
+            raw: RawCapture {
+                file: raw.file.clone(),
+                process: raw.process.clone(),
+                devices: raw.devices.clone(),
+                ops: raw.ops.clone(),
+                queues: raw.queues.clone(),
+                groups: Vec::new(),
+                truncated: raw.truncated,
+                live: raw.live.clone(),
+            },
+            groups: raw.groups.iter().map(GroupHead::of).collect(),
+        }
+    }
+}
+
+/// A wait group without its host and GPU spans (a few hundred bytes, where a group with its
+/// spans at `dispatch` level is tens of kilobytes).
+#[derive(Clone, Debug, Default)]
+pub struct GroupHead {
+    pub device: u32,
+    pub index: u64,
+    pub signature: u64,
+    pub work_signature: u64,
+    pub counters: Counters,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub dropped_timestamps: u64,
+    pub untimed: Vec<RawUntimed>,
+    pub queues: Vec<RawQueueWork>,
+    /// The groups (by index) whose GPU spans this group reported, each once.
+    pub spans_for: Vec<u64>,
+}
+
+impl GroupHead {
+    pub fn of(g: &RawGroup) -> GroupHead {
+        let mut spans_for: Vec<u64> = g.gpu_spans.iter().map(|s| s.0).collect();
+        spans_for.sort_unstable();
+        spans_for.dedup();
+        GroupHead {
+            device: g.device,
+            index: g.index,
+            signature: g.signature,
+            work_signature: g.work_signature,
+            counters: g.counters,
+            start_ns: g.start_ns,
+            end_ns: g.end_ns,
+            dropped_timestamps: g.dropped_timestamps,
+            untimed: g.untimed.clone(),
+            queues: g.queues.clone(),
+            spans_for,
+        }
+    }
+}
+
+/// Everything about the trace of a program run except its step records: the device traced, its
+/// ops, the steps as ranges of its wait groups, and the metadata. Made from the groups' heads
+/// alone, so the raw files need not be held in memory whole.
+#[derive(Debug)]
+pub struct Plan {
+    file: usize,
+    device: u32,
+    meta: Meta,
+    ops: Vec<OpInfo>,
+    op_index: BTreeMap<u32, u32>,
+    /// Steps over the traced device's groups (positions in its group order).
+    steps: Vec<(Phase, Range<usize>)>,
+    /// Per step: the position of the last group whose spans it needs (its GPU spans are read
+    /// back at later waits).
+    ready_at: Vec<usize>,
+    untimed_of: BTreeMap<u64, u64>,
+    epoch: u64,
+    gpu_minus_host_ns: Option<i64>,
+    timestamps_on: bool,
+}
+
+impl Plan {
+    /// The plan of the trace of `raws`' busiest device (the one with the most submits).
+    pub fn new(
+        raws: &[RawHeads],
+        run: &ProgramRun,
+        rule: StepRule,
+        kinds: &crate::kinds::KindRules,
+    ) -> Result<Plan, CaptureError> {
+        let loaded: Vec<(usize, &RawHeads)> = raws
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.raw.process.is_some())
+            .collect();
+        if loaded.is_empty() {
+            return Err(CaptureError::NoVulkan {
+                program: run.program.clone(),
+            });
+        }
+        let (fi, dev, seen) = busiest_device(&loaded, run)?;
+        let heads = &raws[fi];
+        let raw = &heads.raw;
+        let device = raw
+            .devices
+            .iter()
+            .find(|d| d.device == dev)
+            .cloned()
+            .unwrap_or_default();
+        let process = raw.process.clone().unwrap_or_default();
+        let groups: Vec<&GroupHead> = heads.groups.iter().filter(|g| g.device == dev).collect();
+        if groups.is_empty() {
+            return Err(CaptureError::NoWork {
+                program: run.program.clone(),
+                device: device.info.name.clone(),
+            });
+        }
+
+        let (ops, op_index) = device_ops(raw, dev, kinds);
+
+        let signatures: Vec<u64> = groups.iter().map(|g| g.signature).collect();
+        let work: Vec<u64> = groups.iter().map(|g| g.work_signature).collect();
+        let has_work: Vec<bool> = groups.iter().map(|g| g.counters.submits() > 0).collect();
+        // Work the live file saw submitted after the last group the layer wrote: the open group of
+        // a program that died between two waits.
+        let live = raw.live.iter().find(|l| l.device == dev);
+        let mut written = Counters::default();
+        for g in &groups {
+            written.add(&g.counters);
+        }
+        let unwritten = live.map_or(Counters::default(), |l| l.counters.saturating_sub(&written));
+        let open_work = unwritten.submits() > 0 || unwritten.dispatches > 0;
+        let cut = run.signal.is_some() || raw.truncated || open_work;
+        let anchor = if cut { Anchor::Start } else { Anchor::End };
+        let seg = segment(&signatures, &work, &has_work, rule, anchor);
+
+        // GPU spans and untimed dispatches are reported at a later wait than the one that ends
+        // their submit's group.
+        let mut untimed_of: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut dropped = 0u64;
+        for g in &groups {
+            dropped += g.dropped_timestamps;
+            for u in &g.untimed {
+                *untimed_of.entry(u.0).or_default() += u.1;
+            }
+        }
+        let untimed_dispatches: u64 = untimed_of.values().sum();
+        let epoch = groups.first().map_or(0, |g| g.start_ns);
+        let timestamps_on = device.timestamps != "off";
+        let calibrated = device.clock.calibrated;
+        let ready_at = ready_at(&groups, &seg.steps);
+
+        let mut epilogue = Counters::default();
+        let mut epilogue_wall_ns = 0;
+        let mut tail = None;
+        let ended = match (run.exit_code, run.signal) {
+            (_, Some(s)) => format!("the program was ended by signal {s}"),
+            (Some(c), None) => format!("the program exited with status {c}"),
+            (None, None) => "the program's end is unknown".into(),
+        };
+        if cut {
+            // A run cut short: what follows the last whole step, and what the live file saw
+            // submitted after the last record, is its tail.
+            let after = &groups[seg.epilogue.clone()];
+            let mut counters = unwritten;
+            for g in after {
+                counters.add(&g.counters);
+            }
+            // Where the last step ends (as its record has it).
+            let from = seg.steps.last().map_or(epoch, |(_, r)| {
+                let (first, last) = (groups[r.start], groups[r.end - 1]);
+                epoch
+                    + first.start_ns.saturating_sub(epoch)
+                    + last.end_ns.saturating_sub(first.start_ns)
+            });
+            let last = after
+                .last()
+                .map_or(from, |g| g.end_ns)
+                .max(live.map_or(0, |l| l.last_submit_ns));
+            if counters != Counters::default() {
+                tail = Some(CaptureTail {
+                    reason: format!(
+                        "{ended} before this work's wait group ended: {} wait group(s) after the \
+                         last step{}",
+                        after.len(),
+                        if open_work {
+                            ", and work submitted after the last wait"
+                        } else {
+                            ""
+                        }
+                    ),
+                    wait_groups: after.len() as u64 + u64::from(open_work),
+                    counters,
+                    wall_ns: last.saturating_sub(from),
+                });
+            }
+        } else if let (Some(a), Some(b)) = (
+            groups.get(seg.epilogue.start),
+            seg.epilogue.end.checked_sub(1).and_then(|i| groups.get(i)),
+        ) {
+            for g in &groups[seg.epilogue.clone()] {
+                epilogue.add(&g.counters);
+            }
+            epilogue_wall_ns = b.end_ns.saturating_sub(a.start_ns);
+        }
+        // Every queue of every device, with what was submitted to it (groups, plus a cut run's
+        // unwritten work on the traced device's only queue, where there is one).
+        let queues = queue_totals(&loaded);
+        let complete = run.exit_code == Some(0) && !raw.truncated && tail.is_none();
+        let mut notes = Vec::new();
+        match (run.exit_code, run.signal) {
+            (Some(0), _) => {}
+            (Some(c), _) => notes.push(format!(
+                "the program exited with status {c}: the trace holds what it did until then"
+            )),
+            (None, Some(s)) => notes.push(format!(
+                "the program was ended by signal {s}{}: the trace holds what it did until then",
+                if run.interrupted { " after Ctrl-C" } else { "" }
+            )),
+            (None, None) => notes.push("the program's exit status is unknown".into()),
+        }
+        if raw.truncated {
+            notes.push(format!(
+                "the layer's last record in {} was cut short and is left out",
+                raw.file
+            ));
+        }
+        if let Some(t) = &tail {
+            notes.push(format!(
+                "the last {} dispatch(es) and {} submit(s) ran after the last complete step and are \
+                 in meta.capture.tail, not in a step",
+                t.counters.dispatches,
+                t.counters.submits()
+            ));
+        }
+        if timestamps_on && untimed_dispatches > 0 {
+            notes.push(format!(
+                "{untimed_dispatches} dispatch(es) have no GPU span (gpu_untimed in their steps): \
+                 GPU time and the op table cover the rest"
+            ));
+        }
+        if seen.len() > 1 {
+            notes.push(format!(
+                "devices seen: {}; this trace is of the busiest",
+                seen.join(", ")
+            ));
+        }
+        let decode_steps = seg
+            .steps
+            .iter()
+            .filter(|(phase, _)| *phase == Phase::Decode)
+            .count() as u32;
+        let unknown = || UNKNOWN.to_owned();
+        let meta = Meta {
             tool: ToolMeta {
                 name: "decodescope-layer".into(),
                 version: process.layer_version.clone(),
@@ -901,51 +445,170 @@ pub fn build_trace(
                 queues,
                 tail,
             }),
-        },
-        ops,
-        tokens,
-    })
+        };
+        Ok(Plan {
+            file: fi,
+            device: dev,
+            meta,
+            ops,
+            op_index,
+            steps: seg.steps,
+            ready_at,
+            untimed_of,
+            epoch,
+            gpu_minus_host_ns: calibrated.then_some(device.clock.gpu_minus_host_ns),
+            timestamps_on,
+        })
+    }
+
+    /// The raw file (an index into the files given to [`Plan::new`]) whose device is traced.
+    pub fn file(&self) -> usize {
+        self.file
+    }
+
+    /// The traced device (its index within its process).
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// The trace's metadata.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// The trace's ops.
+    pub fn ops(&self) -> &[OpInfo] {
+        &self.ops
+    }
+
+    /// The metadata and the ops.
+    pub fn into_parts(self) -> (Meta, Vec<OpInfo>) {
+        (self.meta, self.ops)
+    }
 }
 
-/// GPU spans of one step on the host timeline, relative to `epoch`. With a calibration
-/// (`gpu_minus_host_ns`), exact; without one, the step's last GPU end is aligned with the moment
-/// its last wait returned (`step_end_ns`), as the decoder's fence fallback does.
-fn place_gpu_spans(
-    raw: &[(RawGpuSpan, u32)],
-    op_index: &BTreeMap<u32, u32>,
-    gpu_minus_host_ns: Option<i64>,
-    epoch: u64,
-    step_start_ns: u64,
-    step_end_ns: u64,
-) -> Vec<GpuSpan> {
-    if raw.is_empty() {
-        return Vec::new();
-    }
-    let offset = match gpu_minus_host_ns {
-        Some(o) => o,
-        None => {
-            let last = raw.iter().map(|(s, _)| s.5).max().unwrap_or(0);
-            last as i64 - step_end_ns as i64
+/// The (raw file, device) with the most submits, and every device seen as a phrase.
+fn busiest_device(
+    loaded: &[(usize, &RawHeads)],
+    run: &ProgramRun,
+) -> Result<(usize, u32, Vec<String>), CaptureError> {
+    let mut best: Option<(usize, u32, u64)> = None;
+    let mut seen = Vec::new();
+    for &(fi, r) in loaded {
+        for d in &r.raw.devices {
+            let submits: u64 = r
+                .groups
+                .iter()
+                .filter(|g| g.device == d.device)
+                .map(|g| g.counters.submits())
+                .sum();
+            seen.push(format!(
+                "{} (pid {}, {submits} submits)",
+                d.info.name,
+                r.raw.process.as_ref().map_or(0, |p| p.pid)
+            ));
+            if best.is_none_or(|(_, _, s)| submits > s) {
+                best = Some((fi, d.device, submits));
+            }
         }
+    }
+    let Some((fi, dev, _)) = best else {
+        return Err(CaptureError::NoDevice {
+            program: run.program.clone(),
+        });
     };
-    let mut out: Vec<GpuSpan> = raw
+    Ok((fi, dev, seen))
+}
+
+/// The ops of device `dev`, renumbered densely in id order, each with its kind, and the map from
+/// the layer's op ids to their numbers.
+fn device_ops(
+    raw: &RawCapture,
+    dev: u32,
+    kinds: &crate::kinds::KindRules,
+) -> (Vec<OpInfo>, BTreeMap<u32, u32>) {
+    let mut op_index: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut ops: Vec<OpInfo> = Vec::new();
+    let mut dev_ops: Vec<&RawOp> = raw.ops.iter().filter(|o| o.device == dev).collect();
+    dev_ops.sort_by_key(|o| o.id);
+    for o in dev_ops {
+        op_index.insert(o.id, ops.len() as u32);
+        ops.push(OpInfo {
+            label: o.label.clone(),
+            // A dispatch gets the kind of the first op-kind rule its label matches.
+            kind: kinds.classify(&o.label, &o.kind).to_owned(),
+            ..OpInfo::default()
+        });
+    }
+    (ops, op_index)
+}
+
+/// Every queue of every device with what was submitted to it; queues never submitted to are
+/// left out.
+fn queue_totals(loaded: &[(usize, &RawHeads)]) -> Vec<CaptureQueue> {
+    let mut queues: Vec<CaptureQueue> = Vec::new();
+    for (_, r) in loaded {
+        for q in &r.raw.queues {
+            let name = r
+                .raw
+                .devices
+                .iter()
+                .find(|d| d.device == q.device)
+                .map_or(String::new(), |d| d.info.name.clone());
+            let mut cq = CaptureQueue {
+                device: q.device,
+                device_name: name,
+                family: q.family,
+                index: q.index,
+                kind: q.kind.clone(),
+                ..CaptureQueue::default()
+            };
+            for g in r.groups.iter().filter(|g| g.device == q.device) {
+                for w in g.queues.iter().filter(|w| w.0 == q.id) {
+                    cq.submits += w.1;
+                    cq.command_buffers += w.2;
+                    cq.dispatches += w.3;
+                }
+            }
+            queues.push(cq);
+        }
+    }
+    queues.retain(|q| q.submits > 0);
+    queues
+}
+
+/// Per step over `groups` (positions), the position of the last group that reports one of its
+/// GPU spans (at least its own last group): the step's record is complete once that is read.
+fn ready_at(groups: &[&GroupHead], steps: &[(Phase, Range<usize>)]) -> Vec<usize> {
+    let position_of: BTreeMap<u64, usize> = groups
         .iter()
-        .filter_map(|(s, submit)| {
-            let op = *op_index.get(&s.2)?;
-            let a = s.4 as i64 - offset - epoch as i64;
-            let b = s.5 as i64 - offset - epoch as i64;
-            let start = a.max(step_start_ns as i64 - epoch as i64).max(0) as u64;
-            let end = b.max(a).max(0) as u64;
-            Some(GpuSpan(op, start, end.saturating_sub(start), s.3, *submit))
-        })
+        .enumerate()
+        .map(|(p, g)| (g.index, p))
         .collect();
-    out.sort_by_key(|s| (s.1, s.0));
-    out
+    let mut last_report: Vec<usize> = (0..groups.len()).collect();
+    for (q, g) in groups.iter().enumerate() {
+        for i in &g.spans_for {
+            if let Some(&p) = position_of.get(i) {
+                last_report[p] = last_report[p].max(q);
+            }
+        }
+    }
+    steps
+        .iter()
+        .map(|(_, r)| {
+            last_report[r.clone()]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(r.start)
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::{ClockMeta, DeviceMeta, HostSpan};
 
     fn work(n: usize) -> Vec<bool> {
         vec![true; n]
@@ -1146,6 +809,67 @@ mod tests {
             (0, 10, 300)
         );
         assert_eq!(d.gpu_busy_ns, Some(10));
+    }
+
+    #[test]
+    fn a_step_is_written_once_the_wait_that_reads_its_spans_back_is_read() {
+        // Group i's span is read back at wait i + 1 (the last one's at its own wait).
+        let mut gs = vec![group(0, 1, 9, vec![])];
+        for i in 1..5 {
+            let mut spans = Vec::new();
+            if i > 1 {
+                spans.push(RawGpuSpan(i - 1, 0, 7, 0, 50_000, 50_010));
+            }
+            if i == 4 {
+                spans.push(RawGpuSpan(4, 0, 7, 0, 60_000, 60_010));
+            }
+            gs.push(group(i, 2, 3, spans));
+        }
+        let raw = raw(gs);
+        let run = ProgramRun {
+            program: "prog".into(),
+            exit_code: Some(0),
+            ..ProgramRun::default()
+        };
+        let plan = Plan::new(
+            &[RawHeads::of(&raw)],
+            &run,
+            StepRule::Auto,
+            &Default::default(),
+        )
+        .expect("a plan");
+        let mut stream = StepStream::new(&plan);
+        let mut out = Vec::new();
+        let mut written_after = Vec::new();
+        for g in &raw.groups {
+            stream
+                .feed(g, &mut |t| {
+                    out.push(t);
+                    Ok::<(), CaptureError>(())
+                })
+                .expect("feed");
+            written_after.push(out.len());
+        }
+        stream
+            .finish(&mut |t| {
+                out.push(t);
+                Ok::<(), CaptureError>(())
+            })
+            .expect("finish");
+        // The prologue at once; each decode step once the next wait has read its span back.
+        assert_eq!(written_after, [1, 1, 2, 3, 5]);
+        assert!(out[1..].iter().all(|t| t.gpu_spans.len() == 1));
+        let indices: Vec<u32> = out.iter().map(|t| t.index).collect();
+        assert_eq!(indices, [0, 1, 2, 3, 4]);
+        // The same records as the trace built in memory.
+        let whole = build_trace(
+            std::slice::from_ref(&raw),
+            &run,
+            StepRule::Auto,
+            &Default::default(),
+        )
+        .expect("trace");
+        assert_eq!(whole.tokens, out);
     }
 
     #[test]

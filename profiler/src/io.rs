@@ -398,6 +398,23 @@ pub fn stage_output<T, E: From<std::io::Error>>(
     path: &Path,
     fill: impl FnOnce(&mut BufWriter<&File>) -> Result<T, E>,
 ) -> Result<(T, StagedOutput), E> {
+    let (file, staged) = open_staged(path)?;
+    let value = {
+        let mut w = BufWriter::with_capacity(1 << 20, &file);
+        let value = fill(&mut w)?;
+        w.flush()?;
+        value
+    };
+    if staged.tmp.is_some() {
+        file.sync_all()?;
+    }
+    Ok((value, staged))
+}
+
+/// Opens what [`stage_output`] writes into: the device or FIFO at `path` itself (nothing to
+/// rename), or a new temporary file beside the destination (with the replaced file's
+/// permissions), removed again when the returned [`StagedOutput`] is dropped uncommitted.
+fn open_staged(path: &Path) -> std::io::Result<(File, StagedOutput)> {
     let dest = match output_target(path)? {
         OutputTarget::InPlace { what } => {
             let file = OpenOptions::new().write(true).open(path)?;
@@ -407,19 +424,13 @@ pub fn stage_output<T, E: From<std::io::Error>>(
                 return Err(std::io::Error::other(format!(
                     "{} was {what} and became a regular file while it was opened; try again",
                     path.display()
-                ))
-                .into());
+                )));
             }
-            let mut w = BufWriter::with_capacity(1 << 20, &file);
-            let value = fill(&mut w)?;
-            w.flush()?;
-            return Ok((
-                value,
-                StagedOutput {
-                    tmp: None,
-                    dest: path.to_owned(),
-                },
-            ));
+            let staged = StagedOutput {
+                tmp: None,
+                dest: path.to_owned(),
+            };
+            return Ok((file, staged));
         }
         OutputTarget::Replace { dest } => dest,
     };
@@ -432,14 +443,93 @@ pub fn stage_output<T, E: From<std::io::Error>>(
         // Best effort: a file system without permissions still gets the contents.
         let _ = file.set_permissions(old.permissions());
     }
-    let value = {
-        let mut w = BufWriter::with_capacity(1 << 20, &file);
-        let value = fill(&mut w)?;
-        w.flush()?;
-        value
-    };
-    file.sync_all()?;
-    Ok((value, staged))
+    Ok((file, staged))
+}
+
+/// A trace written while it is produced, through [`stage_output`]'s rules (a temporary file
+/// beside the destination, renamed into place by [`StagedOutput::commit`]; a device or FIFO
+/// written in place): the header and each step's record go out as they come, so a long capture
+/// holds one record at a time, not the whole trace. The ops and the metadata, known only at the
+/// end, follow the tokens array (`TRACE_FORMAT.md`, "Encoding"); dropping the writer unfinished
+/// removes the temporary file and leaves the destination as it was.
+#[derive(Debug)]
+pub struct TraceWriter {
+    w: BufWriter<File>,
+    staged: StagedOutput,
+    path: PathBuf,
+    tokens: u64,
+}
+
+impl TraceWriter {
+    /// Starts the trace for `path`: `{"format":..,"version":..,"tokens":[`.
+    pub fn create(path: &Path) -> Result<Self, TraceError> {
+        let (file, staged) = open_staged(path).map_err(|err| TraceError::Write {
+            path: path.to_owned(),
+            err,
+        })?;
+        let mut out = TraceWriter {
+            w: BufWriter::with_capacity(1 << 20, file),
+            staged,
+            path: path.to_owned(),
+            tokens: 0,
+        };
+        out.io(|w| {
+            w.write_all(b"{\"format\":")?;
+            serde_json::to_writer(&mut *w, FORMAT_NAME)?;
+            write!(w, ",\"version\":{FORMAT_VERSION},\"tokens\":[")
+        })?;
+        Ok(out)
+    }
+
+    /// Appends one step's record.
+    pub fn push(&mut self, token: &TokenRecord) -> Result<(), TraceError> {
+        let first = self.tokens == 0;
+        self.io(|w| {
+            if !first {
+                w.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut *w, token)?;
+            Ok(())
+        })?;
+        self.tokens += 1;
+        Ok(())
+    }
+
+    /// Records written so far.
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// Closes the tokens array, writes `meta` and `ops`, flushes and syncs the file, and returns
+    /// it staged for [`StagedOutput::commit`].
+    pub fn finish(mut self, meta: &Meta, ops: &[OpInfo]) -> Result<StagedOutput, TraceError> {
+        self.io(|w| {
+            w.write_all(b"],\"meta\":")?;
+            serde_json::to_writer(&mut *w, meta)?;
+            w.write_all(b",\"ops\":")?;
+            serde_json::to_writer(&mut *w, ops)?;
+            w.write_all(b"}\n")?;
+            w.flush()
+        })?;
+        if self.staged.tmp.is_some() {
+            let path = self.path.clone();
+            self.w
+                .get_ref()
+                .sync_all()
+                .map_err(|err| TraceError::Write { path, err })?;
+        }
+        Ok(self.staged)
+    }
+
+    fn io(
+        &mut self,
+        f: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+    ) -> Result<(), TraceError> {
+        f(&mut self.w).map_err(|err| TraceError::Write {
+            path: self.path.clone(),
+            err,
+        })
+    }
 }
 
 /// An output written to a temporary file beside its destination and not yet renamed into place
@@ -802,5 +892,40 @@ mod tests {
         };
         let offset = byte_offset(text, err.line(), err.column()) as usize;
         assert_eq!(text[offset], b'x');
+    }
+
+    #[test]
+    fn a_streamed_trace_reads_back_as_the_whole_one() {
+        let trace = crate::synth::synthetic_trace(&crate::synth::SynthOptions {
+            decode_tokens: 5,
+            ..Default::default()
+        });
+        let dir = std::env::temp_dir().join(format!("decodescope-stream-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("streamed.json");
+        let mut w = TraceWriter::create(&path).expect("create");
+        for t in &trace.tokens {
+            w.push(t).expect("push");
+        }
+        assert_eq!(w.tokens(), trace.tokens.len() as u64);
+        let staged = w.finish(&trace.meta, &trace.ops).expect("finish");
+        // Nothing under the final name until the commit.
+        assert!(!path.exists());
+        staged.commit().expect("commit");
+        // The same as the trace written whole (both read back: f64s round-trip through text).
+        let whole = dir.join("whole.json");
+        write_trace(&whole, &trace).expect("write");
+        assert_eq!(
+            read_trace(&path).expect("read"),
+            read_trace(&whole).expect("read")
+        );
+        std::fs::remove_file(&whole).expect("remove");
+        // An unfinished writer leaves nothing behind.
+        let other = dir.join("dropped.json");
+        let mut w = TraceWriter::create(&other).expect("create");
+        w.push(&trace.tokens[0]).expect("push");
+        drop(w);
+        assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

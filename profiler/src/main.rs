@@ -381,16 +381,12 @@ fn run(cli: Cli) -> Result<Outcome> {
             let code = rec.exit_code();
             match &rec.trace {
                 Ok(t) => {
-                    let decode = t
-                        .tokens
-                        .iter()
-                        .filter(|r| r.phase == profiler::Phase::Decode)
-                        .count();
+                    let decode = t.meta.run.decode_tokens;
                     let c = t.meta.capture.as_ref();
                     eprintln!(
                         "wrote {}: {} steps ({decode} decode) from {} wait groups on {}; {}",
                         out.display(),
-                        t.tokens.len(),
+                        t.steps,
                         c.map_or(0, |c| c.wait_groups),
                         t.meta.device.name,
                         c.map_or("", |c| c.step_rule_detail.as_str())

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::capture::{self, CaptureError, ProgramRun, StepRule};
-use crate::trace::Trace;
+use crate::trace::{Meta, TokenRecord};
 
 /// The layer's name in its manifest and in `VK_INSTANCE_LAYERS`.
 pub const LAYER_NAME: &str = "VK_LAYER_DECODESCOPE_capture";
@@ -45,8 +45,15 @@ pub struct RecordOptions {
 #[derive(Debug)]
 pub struct Recorded {
     pub run: ProgramRun,
-    /// The trace written to `out`, or why there is none.
-    pub trace: Result<Trace, CaptureError>,
+    /// What was written to `out`, or why nothing was.
+    pub trace: Result<RecordedTrace, CaptureError>,
+}
+
+/// A trace that `profiler record` wrote: its metadata and how many steps it holds.
+#[derive(Debug)]
+pub struct RecordedTrace {
+    pub meta: Meta,
+    pub steps: u64,
 }
 
 impl Recorded {
@@ -249,7 +256,6 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         created_unix_ms,
     };
 
-    let mut raws = Vec::new();
     let entries = std::fs::read_dir(&scratch.0).map_err(|err| RecordError::ReadRaw {
         path: scratch.0.clone(),
         err,
@@ -259,25 +265,65 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
     files.sort();
+    let trace = convert(&files, &scratch.0, &run, opts)?;
+    Ok(Recorded { run, trace })
+}
+
+/// Turns the raw files into the trace at `opts.out` in two passes, holding neither file nor trace
+/// whole: the first reads every group's head (no spans) and plans the trace
+/// ([`capture::Plan::new`]); the second reads the traced file again and writes each step's
+/// record as soon as it is complete ([`capture::StepStream`], [`crate::io::TraceWriter`]).
+fn convert(
+    files: &[PathBuf],
+    scratch: &Path,
+    run: &ProgramRun,
+    opts: &RecordOptions,
+) -> Result<Result<RecordedTrace, CaptureError>, RecordError> {
+    let open = |f: &Path| {
+        crate::io::open_regular_file(f)
+            .map(|file| std::io::BufReader::with_capacity(1 << 16, file))
+            .map_err(|err| RecordError::ReadRaw {
+                path: f.to_owned(),
+                err,
+            })
+    };
+    let mut heads = Vec::new();
     for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|err| RecordError::ReadRaw {
-            path: f.clone(),
-            err,
+        let mut groups = Vec::new();
+        let mut raw = capture::read_raw(&f.display().to_string(), open(f)?, |g| {
+            groups.push(capture::GroupHead::of(&g));
+            Ok::<(), CaptureError>(())
         })?;
-        let mut raw = capture::parse_raw(&f.display().to_string(), &text)?;
         // The process's live file: what it submitted after its last record.
         if let Some(pid) = raw.process.as_ref().map(|p| p.pid)
-            && let Ok(bytes) = std::fs::read(scratch.0.join(format!("live.{pid}")))
+            && let Ok(bytes) = std::fs::read(scratch.join(format!("live.{pid}")))
         {
             raw.live = capture::parse_live(&bytes);
         }
-        raws.push(raw);
+        heads.push(capture::RawHeads { raw, groups });
     }
-    let trace = capture::build_trace(&raws, &run, opts.steps, &opts.op_kinds);
-    if let Ok(t) = &trace {
-        crate::io::write_trace(&opts.out, t)?;
-    }
-    Ok(Recorded { run, trace })
+    let plan = match capture::Plan::new(&heads, run, opts.steps, &opts.op_kinds) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e)),
+    };
+    drop(heads);
+    let mut out = crate::io::TraceWriter::create(&opts.out)?;
+    let mut stream = capture::StepStream::new(&plan);
+    let mut write = |t: TokenRecord| -> Result<(), RecordError> { Ok(out.push(&t)?) };
+    let f = &files[plan.file()];
+    capture::read_raw(&f.display().to_string(), open(f)?, |g| {
+        stream.feed(&g, &mut write)
+    })?;
+    stream.finish(&mut write)?;
+    let steps = out.tokens();
+    out.finish(plan.meta(), plan.ops())?
+        .commit()
+        .map_err(|err| crate::io::TraceError::Write {
+            path: opts.out.clone(),
+            err,
+        })?;
+    let (meta, _) = plan.into_parts();
+    Ok(Ok(RecordedTrace { meta, steps }))
 }
 
 #[cfg(test)]

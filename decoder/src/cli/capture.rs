@@ -6,7 +6,7 @@ use anyhow::Context as _;
 
 use super::gpu::GpuArgs;
 use super::run::{ModelArgs, PromptArgs, load_model, prompt_ids};
-use crate::capture::{CaptureSpec, capture, summarize, table};
+use crate::capture::{CaptureSpec, Streamed, capture_to, table};
 use crate::exec::knobs::Mode;
 use crate::model::Tokenizer;
 
@@ -76,9 +76,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::limits::check_device(&model.config, gpu.info(), &kv, max_seq)?;
     let mut summaries = Vec::new();
     let mut texts = Vec::new();
-    // Every trace is staged (written beside its path) and all are renamed into place together
-    // once every mode has been captured: a failed or stopped run leaves the previous pair as it
-    // was, never one new trace beside an old one.
+    // Every trace is streamed into a file beside its path as the steps run, and all are renamed
+    // into place together once every mode has been captured: a failed or stopped run leaves the
+    // previous pair as it was, never one new trace beside an old one.
     let mut staged = Vec::new();
     for (mode, path) in outputs {
         let spec = CaptureSpec {
@@ -98,9 +98,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ids.len(),
             args.max_tokens
         );
-        let (trace, generation) = capture(&gpu, &model, &spec)?;
-        staged.push((path.clone(), stage(&path, &trace)?));
-        summaries.push((mode.name(), summarize(&trace)));
+        let Streamed {
+            staged: trace,
+            summary,
+            generation,
+        } = capture_to(&gpu, &model, &spec, &path)
+            .with_context(|| format!("cannot write the trace {}", path.display()))?;
+        staged.push((path.clone(), trace));
+        summaries.push((mode.name(), summary));
         texts.push((mode.name(), generation));
     }
     for (path, s) in staged {
@@ -190,16 +195,6 @@ pub fn shown_text(tokenizer: &Tokenizer, ids: &[u32], text: &str) -> String {
         // The ids decoded once already; if they do not now, show what was generated.
         Err(_) => format!("{text:?}"),
     }
-}
-
-/// Writes `trace` beside `path`, to be renamed into place by
-/// [`profiler::io::StagedOutput::commit`].
-fn stage(
-    path: &Path,
-    trace: &profiler::trace::Trace,
-) -> anyhow::Result<profiler::io::StagedOutput> {
-    profiler::io::stage_trace(path, trace)
-        .with_context(|| format!("cannot write the trace {}", path.display()))
 }
 
 #[cfg(test)]

@@ -221,7 +221,7 @@ impl Engine {
             counters,
             gpu_spans,
             gpu_busy,
-        });
+        })?;
         Ok(outs)
     }
 
