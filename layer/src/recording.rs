@@ -118,8 +118,21 @@ impl Slot {
         true
     }
 
+    /// Takes what the slot holds, leaving it empty. Plain loads and stores suffice: a slot is
+    /// drained under the same Vulkan rule as it is written (its command buffer, or the pool it
+    /// came from, used by one thread at a time), after the recording thread's last write.
     fn take(&self) -> Drained {
-        let n = |c: Counted| self.n[c as usize].swap(0, Ordering::Relaxed);
+        if self.signature.load(Ordering::Relaxed) == 0
+            && self.n.iter().all(|a| a.load(Ordering::Relaxed) == 0)
+        {
+            return Drained::default();
+        }
+        let take = |a: &AtomicU64| {
+            let v = a.load(Ordering::Relaxed);
+            a.store(0, Ordering::Relaxed);
+            v
+        };
+        let n = |c: Counted| take(&self.n[c as usize]);
         let counters = Counters {
             dispatches: n(Counted::Dispatch),
             descriptor_set_binds: n(Counted::BindSets),
@@ -128,14 +141,14 @@ impl Slot {
             pipeline_binds: n(Counted::PipelineBind),
             transfer_commands: n(Counted::Transfer),
             timestamp_writes: n(Counted::Timestamp),
-            memory_barriers: self.memory_barriers.swap(0, Ordering::Relaxed),
+            memory_barriers: take(&self.memory_barriers),
             ..Counters::default()
         };
-        let pipeline = self.pipeline.swap(0, Ordering::Relaxed);
+        let pipeline = take(&self.pipeline);
         Drained {
             counters,
-            signature: self.signature.swap(0, Ordering::Relaxed),
-            work: self.work.swap(0, Ordering::Relaxed),
+            signature: take(&self.signature),
+            work: take(&self.work),
             pipeline: (pipeline != 0).then_some(pipeline),
         }
     }
