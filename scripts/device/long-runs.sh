@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Peak resident memory of long runs: `decoder capture` (tiny, fused preset, `--timestamps
+# dispatch`) and `profiler record` of the same capture, each at $SHORT and $LONG decode tokens
+# (default 2000 and 20000). Both stream their traces, so the longer run should grow its trace file
+# and not its memory. Meant for a GPU machine, where 20,000 tiny decode tokens take seconds (on
+# lavapipe `tests/tests/long_runs.rs` runs the same comparison at 40 and 400):
+#
+#   scripts/device/long-runs.sh OUT_DIR
+#
+# Uses $DECODER, $PROFILER (default .device-bin/decoder, .device-bin/profiler; the layer beside
+# the profiler). Writes OUT_DIR/long-runs.md and .json: per run the decode tokens, the wall time,
+# the peak RSS of the whole (the process and every child it waited for, from getrusage), the
+# profiler's own peak (VmHWM, sampled while it runs) and the trace's size; and `profiler stats`
+# of the long capture.
+set -euo pipefail
+out=${1:?usage: $0 OUT_DIR}
+short=${SHORT:-2000}
+long=${LONG:-20000}
+decoder=$(realpath "${DECODER:-.device-bin/decoder}")
+profiler=$(realpath "${PROFILER:-.device-bin/profiler}")
+work=${WORK:-/tmp/long-runs}
+mkdir -p "$out" "$work"
+python3 - "$decoder" "$profiler" "$work" "$out" "$short" "$long" <<'PY'
+import json, os, subprocess, sys
+decoder, profiler, work, out = sys.argv[1:5]
+short, long = int(sys.argv[5]), int(sys.argv[6])
+
+def measured(args):
+    # One child at a time, in a fresh process, so RUSAGE_CHILDREN's maxrss is this run's.
+    code = ("import resource, subprocess, sys, time, json\n"
+            "def hwm(pid):\n"
+            "    try:\n"
+            "        for l in open(f'/proc/{pid}/status'):\n"
+            "            if l.startswith('VmHWM:'): return int(l.split()[1])\n"
+            "    except OSError: pass\n"
+            "    return 0\n"
+            "t = time.time(); p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "own = 0\n"
+            "while p.poll() is None:\n"
+            "    own = max(own, hwm(p.pid)); time.sleep(0.01)\n"
+            "print(json.dumps({'rc': p.returncode, 'wall_s': time.time() - t, 'own_kib': own,"
+            " 'whole_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n")
+    r = subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True)
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    if res["rc"] != 0:
+        sys.exit(f"{' '.join(args)} failed ({res['rc']})")
+    return res
+
+rows = []
+for what in ("capture", "record"):
+    for n in (short, long):
+        trace = f"{work}/{what}-{n}.json"
+        cap = [decoder, "capture", "--model", "tiny", "--mode", "fused", "--max-tokens", str(n)]
+        if what == "capture":
+            args = cap + ["--timestamps", "dispatch", "--out", trace]
+        else:
+            args = [profiler, "record", "--timestamps", "dispatch", "--out", trace, "--"] + cap + [
+                "--timestamps", "off", "--out", f"{work}/own-{n}.json"]
+        res = measured(args)
+        res.update({"run": what, "decode_tokens": n, "trace_bytes": os.path.getsize(trace)})
+        rows.append(res)
+        print(json.dumps(res), flush=True)
+stats = subprocess.run([profiler, "stats", f"{work}/capture-{long}.json"], capture_output=True, text=True)
+md = ["| run | decode tokens | wall s | peak RSS, whole (MiB) | profiler's own peak (MiB) | trace (MB) |",
+      "|---|---:|---:|---:|---:|---:|"]
+for r in rows:
+    own = f"{r['own_kib'] / 1024:.1f}" if r["run"] == "record" else "-"
+    md.append(f"| {r['run']} | {r['decode_tokens']} | {r['wall_s']:.1f} | {r['whole_kib'] / 1024:.1f} | {own} | {r['trace_bytes'] / 1e6:.1f} |")
+for what in ("capture", "record"):
+    a, b = [r for r in rows if r["run"] == what]
+    md.append(f"\n{what}: the long run's peak is {b['whole_kib'] / a['whole_kib']:.2f}x the short one's")
+open(f"{out}/long-runs.md", "w").write("\n".join(md) + "\n\n`profiler stats` of the long capture:\n\n```\n" + stats.stdout + "```\n")
+json.dump(rows, open(f"{out}/long-runs.json", "w"), indent=1)
+print("\n".join(md))
+PY
