@@ -15,7 +15,8 @@ use super::attention::gather_bytes;
 use super::kernels::{RowParams, TokenParams, params_bytes, prompt_rows};
 use super::knobs::{Barriers, Descriptors, Knobs, Recording, Submit, Sync};
 use super::program::{
-    Access, Action, Buf, Grid, KvPlan, Shape, Step, StepKind, Tuning, add_facts, lower,
+    Access, Action, Buf, Grid, KvPlan, Shape, Step, StepKind, Tuning, TuningOverrides, add_facts,
+    lower,
 };
 use super::spans::SpanLog;
 use crate::generate::{Backend, BatchBackend, SeqStep, StepOutput, argmax};
@@ -61,6 +62,8 @@ pub struct EngineOptions {
     /// Read the logits back every step even where the kernels pick the token on the GPU (for
     /// `--dump` and the correctness tests; adds a copy and `4 * vocab` bytes per token).
     pub logits_readback: bool,
+    /// Tuning keys set on the command line (`--tuning`), over the device's defaults.
+    pub tuning: TuningOverrides,
 }
 
 /// A GPU timestamp span of a prepared program: an op, the steps it covers, and the queries of
@@ -257,10 +260,7 @@ impl Engine {
             info.subgroup_size,
             info.subgroup_arithmetic && info.subgroup_shuffle,
         );
-        let tuning = match std::env::var("DECODESCOPE_TUNING") {
-            Ok(spec) => tuning.with_overrides(&spec).map_err(anyhow::Error::msg)?,
-            Err(_) => tuning,
-        };
+        let tuning = tuning.with(&opts.tuning);
         let mut rec = Recorder::new(gpu)?;
         let fence = rec.new_fence()?;
         let fence_alt = rec.new_fence()?;

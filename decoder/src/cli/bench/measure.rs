@@ -198,6 +198,7 @@ pub(super) fn run_group(
         max_seq: (longest.len() + steps + 2) as u32,
         kv: g.kv,
         logits_readback: false,
+        tuning: args.tuning.overrides()?,
     };
     let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
         .context("cannot set up the Vulkan decoder")?;
@@ -320,6 +321,7 @@ pub(super) fn measure(
         timestamps: level,
         logits_readback: false,
         kv,
+        tuning: args.tuning.overrides()?,
     };
     let trace = build_trace(engine, model, &spec, &generation);
     let timed: Vec<&TokenRecord> = engine.records()[timed_from..timed_to]

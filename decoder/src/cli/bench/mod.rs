@@ -37,6 +37,8 @@ pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
+    pub tuning: super::gpu::TuningArgs,
+    #[command(flatten)]
     pub prompt: PromptArgs,
     /// Timed decode steps per point.
     #[arg(long, default_value_t = 64)]
@@ -267,6 +269,8 @@ struct Group {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // A bad DECODESCOPE_TUNING is refused before the sweep, not at its first point.
+    args.tuning.overrides()?;
     let also = args
         .also
         .iter()

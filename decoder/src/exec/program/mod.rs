@@ -15,9 +15,9 @@ use crate::shaders::Shader;
 
 mod lower_fused;
 mod lower_primitive;
-mod tuning;
+pub mod tuning;
 
-pub use tuning::Tuning;
+pub use tuning::{Tuning, TuningOverrides};
 
 /// What the lowering needs to know about the model.
 #[derive(Clone, Copy, Debug, PartialEq)]
