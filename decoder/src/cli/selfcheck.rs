@@ -54,7 +54,7 @@ pub fn rmsnorm_check(gpu: &Gpu) -> anyhow::Result<f32> {
             pad0: 0,
         };
         let mut spec = [0; crate::vk::SPEC_CONSTANTS];
-        spec[0] = wg;
+        spec[crate::shaders::spec::WG] = wg;
         let launch = Launch {
             shader: Shader::Rmsnorm,
             push: push.bytes(),

@@ -53,7 +53,12 @@ impl Lower<'_> {
         let grid = Grid::Fixed([rows.div_ceil(per), self.n, 1]);
         facts.flops += if epilogue == 2 { 4 * rows as u64 } else { 0 };
         facts.flops *= self.n as u64;
-        let sp = spec(&[wg, per, norm.is_some() as u32, epilogue]);
+        let sp = spec(&[
+            (id::WG, wg),
+            (id::ROWS, per),
+            (id::NORM, norm.is_some() as u32),
+            (id::EPILOGUE, epilogue),
+        ]);
         self.dispatch(
             label,
             "matvec",
@@ -201,7 +206,7 @@ impl Lower<'_> {
                         ..Default::default()
                     }
                     .bytes();
-                    let sp = spec(&[256]);
+                    let sp = spec(&[(id::WG, 256)]);
                     self.dispatch(
                         "argmax".into(),
                         "argmax",

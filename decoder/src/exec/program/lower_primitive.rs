@@ -29,7 +29,7 @@ impl Lower<'_> {
             "norm",
             region,
             Shader::Rmsnorm,
-            spec(&[wg]),
+            spec(&[(id::WG, wg)]),
             push,
             Grid::Fixed([rows, 1, 1]),
             binds,
@@ -63,14 +63,14 @@ impl Lower<'_> {
             if self.kind == StepKind::Prefill && self.n > 1 && cols.is_multiple_of(4) {
                 (
                     Shader::Matmul,
-                    spec(&[64]),
+                    spec(&[(id::WG, 64)]),
                     Grid::Fixed([rows.div_ceil(32), self.n.div_ceil(32), 1]),
                 )
             } else {
                 let (wg, per) = (self.t.wg, self.t.matvec_rows);
                 (
                     Shader::Matvec,
-                    spec(&[wg, per]),
+                    spec(&[(id::WG, wg), (id::ROWS, per)]),
                     Grid::Fixed([rows.div_ceil(per), self.n, 1]),
                 )
             };
@@ -192,7 +192,7 @@ impl Lower<'_> {
                     }
                     .bytes();
                     let grid = Grid::Fixed([(heads * hd / 2).div_ceil(self.t.wg), n, 1]);
-                    let sp = spec(&[self.t.wg]);
+                    let sp = spec(&[(id::WG, self.t.wg)]);
                     self.dispatch(
                         format!("L{l}.{name}"),
                         "rope",
@@ -265,7 +265,7 @@ impl Lower<'_> {
                 }
                 .bytes();
                 let grid = Grid::Fixed([total.div_ceil(self.t.wg), 1, 1]);
-                let sp = spec(&[self.t.wg]);
+                let sp = spec(&[(id::WG, self.t.wg)]);
                 self.dispatch(
                     format!("L{l}.silu_mul"),
                     "elementwise",
@@ -337,7 +337,7 @@ impl Lower<'_> {
         }
         .bytes();
         let grid = Grid::Fixed([h.div_ceil(self.t.wg), n, 1]);
-        let sp = spec(&[self.t.wg]);
+        let sp = spec(&[(id::WG, self.t.wg)]);
         self.dispatch(
             "embed".into(),
             "embed",
@@ -364,7 +364,7 @@ impl Lower<'_> {
         }
         .bytes();
         let grid = Grid::Fixed([total.div_ceil(self.t.wg), 1, 1]);
-        let sp = spec(&[self.t.wg]);
+        let sp = spec(&[(id::WG, self.t.wg)]);
         self.dispatch(
             label,
             "elementwise",

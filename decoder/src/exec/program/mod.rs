@@ -12,6 +12,7 @@ use super::kernels::*;
 use super::knobs::Kernels;
 use crate::kv::KvGeometry;
 use crate::shaders::Shader;
+use crate::shaders::spec as id;
 
 mod lower_fused;
 mod lower_primitive;
@@ -331,9 +332,13 @@ pub(super) fn rw(range: Range) -> Bind {
     }
 }
 
-pub(super) fn spec(values: &[u32]) -> [u32; crate::vk::SPEC_CONSTANTS] {
+/// Specialization constants by id (`id::NAME`: `crate::shaders::spec`, which build.rs generates
+/// from the shaders' declarations); the others 0.
+pub(super) fn spec(values: &[(usize, u32)]) -> [u32; crate::vk::SPEC_CONSTANTS] {
     let mut s = [0u32; crate::vk::SPEC_CONSTANTS];
-    s[..values.len()].copy_from_slice(values);
+    for &(id, v) in values {
+        s[id] = v;
+    }
     s
 }
 
