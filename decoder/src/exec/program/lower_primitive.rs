@@ -79,139 +79,25 @@ impl Lower<'_> {
         );
     }
 
+    /// Generic-primitive lowering of one op: its own dispatches (or transfer copy).
     pub(super) fn lower_primitive(&mut self, op: Op) {
-        let s = *self.s;
-        let n = self.n;
-        let (h, qd, kvd, hd, inter) = (s.hidden, s.q_dim(), s.kv_dim(), s.head_dim, s.intermediate);
-        let wqkv_q = |l| r(Buf::Wqkv(l), 0, qd as u64 * h as u64 * F16);
-        let wqkv_k = |l| {
-            r(
-                Buf::Wqkv(l),
-                qd as u64 * h as u64 * F16,
-                kvd as u64 * h as u64 * F16,
-            )
-        };
-        let wqkv_v = |l| {
-            r(
-                Buf::Wqkv(l),
-                (qd + kvd) as u64 * h as u64 * F16,
-                kvd as u64 * h as u64 * F16,
-            )
-        };
+        let h = self.s.hidden;
         match op {
             Op::Embed => self.embed(),
             Op::AttnNorm(l) => {
-                let (x, w, y) = (
-                    self.act(Buf::X, h),
-                    r(Buf::AttnNorm(l), 0, h as u64 * F32),
-                    self.act(Buf::H, h),
-                );
-                self.rmsnorm(format!("L{l}.attn_norm"), Region::Attn(l), x, w, y, h, n);
+                let w = r(Buf::AttnNorm(l), 0, h as u64 * F32);
+                self.layer_norm(format!("L{l}.attn_norm"), Region::Attn(l), w);
             }
-            Op::QkvProj(l) => {
-                let (qo, ko) = if s.qk_norm {
-                    (Buf::QRaw, Buf::KRaw)
-                } else {
-                    (Buf::Q, Buf::K)
-                };
-                let hx = self.act(Buf::H, h);
-                let (q, k, v) = (self.act(qo, qd), self.act(ko, kvd), self.act(Buf::V, kvd));
-                self.matvec(
-                    format!("L{l}.q_proj"),
-                    Region::Attn(l),
-                    wqkv_q(l),
-                    hx,
-                    q,
-                    qd,
-                    h,
-                );
-                self.matvec(
-                    format!("L{l}.k_proj"),
-                    Region::Attn(l),
-                    wqkv_k(l),
-                    hx,
-                    k,
-                    kvd,
-                    h,
-                );
-                self.matvec(
-                    format!("L{l}.v_proj"),
-                    Region::Attn(l),
-                    wqkv_v(l),
-                    hx,
-                    v,
-                    kvd,
-                    h,
-                );
-            }
-            Op::QkNorm(l) => {
-                let (qr, q) = (self.act(Buf::QRaw, qd), self.act(Buf::Q, qd));
-                let (kr, k) = (self.act(Buf::KRaw, kvd), self.act(Buf::K, kvd));
-                let (qw, kw) = (
-                    r(Buf::QNorm(l), 0, hd as u64 * F32),
-                    r(Buf::KNorm(l), 0, hd as u64 * F32),
-                );
-                self.rmsnorm(
-                    format!("L{l}.q_norm"),
-                    Region::Attn(l),
-                    qr,
-                    qw,
-                    q,
-                    hd,
-                    n * s.heads,
-                );
-                self.rmsnorm(
-                    format!("L{l}.k_norm"),
-                    Region::Attn(l),
-                    kr,
-                    kw,
-                    k,
-                    hd,
-                    n * s.kv_heads,
-                );
-            }
-            Op::Rope(l) => {
-                for (name, buf, heads) in
-                    [("q_rope", Buf::Q, s.heads), ("k_rope", Buf::K, s.kv_heads)]
-                {
-                    let x = self.act(buf, heads * hd);
-                    let table = r(Buf::RopeTable, 0, s.max_seq as u64 * hd as u64 * F32);
-                    let binds = vec![read(self.params()), rw(x), read(table)];
-                    let rot = n as u64 * heads as u64 * hd as u64;
-                    let facts = OpInfo {
-                        bytes_read: rot * F32 + rot * F32,
-                        bytes_written: rot * F32,
-                        flops: 3 * rot,
-                        ..Default::default()
-                    };
-                    let push = RopePush {
-                        heads,
-                        head_dim: hd,
-                        pad0: 0,
-                        pad1: 0,
-                    }
-                    .bytes();
-                    let grid = Grid::Fixed([(heads * hd / 2).div_ceil(self.t.wg), n, 1]);
-                    let sp = spec(&[(id::WG, self.t.wg)]);
-                    self.dispatch(
-                        format!("L{l}.{name}"),
-                        "rope",
-                        Region::Attn(l),
-                        Shader::Rope,
-                        sp,
-                        push,
-                        grid,
-                        binds,
-                        facts,
-                    );
-                }
-            }
+            Op::QkvProj(l) => self.qkv_proj(l),
+            Op::QkNorm(l) => self.qk_norm(l),
+            Op::Rope(l) => self.rope(l),
             Op::KvAppend(l) => self.kv_append(l),
             Op::Attention(l) => match self.kind {
                 StepKind::Prefill => self.attention_prefill(l),
                 StepKind::Decode => self.attention_primitive(l),
             },
             Op::OProj(l) => {
+                let qd = self.s.q_dim();
                 let (w, x, y) = (
                     r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16),
                     self.act(Buf::Attn, qd),
@@ -221,64 +107,13 @@ impl Lower<'_> {
             }
             Op::AttnResidual(l) => self.add(format!("L{l}.attn_residual"), Region::Attn(l)),
             Op::MlpNorm(l) => {
-                let (x, w, y) = (
-                    self.act(Buf::X, h),
-                    r(Buf::MlpNorm(l), 0, h as u64 * F32),
-                    self.act(Buf::H, h),
-                );
-                self.rmsnorm(format!("L{l}.mlp_norm"), Region::Mlp(l), x, w, y, h, n);
+                let w = r(Buf::MlpNorm(l), 0, h as u64 * F32);
+                self.layer_norm(format!("L{l}.mlp_norm"), Region::Mlp(l), w);
             }
-            Op::GateUpProj(l) => {
-                let half = inter as u64 * h as u64 * F16;
-                let hx = self.act(Buf::H, h);
-                let (g, u) = (self.act(Buf::Gate, inter), self.act(Buf::Up, inter));
-                self.matvec(
-                    format!("L{l}.gate_proj"),
-                    Region::Mlp(l),
-                    r(Buf::WGateUp(l), 0, half),
-                    hx,
-                    g,
-                    inter,
-                    h,
-                );
-                self.matvec(
-                    format!("L{l}.up_proj"),
-                    Region::Mlp(l),
-                    r(Buf::WGateUp(l), half, half),
-                    hx,
-                    u,
-                    inter,
-                    h,
-                );
-            }
-            Op::SiluMul(l) => {
-                let total = n * inter;
-                let binds = vec![
-                    read(self.act(Buf::Gate, inter)),
-                    read(self.act(Buf::Up, inter)),
-                    write(self.act(Buf::Act, inter)),
-                ];
-                let facts = Self::stream_facts(&binds, 5 * total as u64);
-                let push = SiluMulPush {
-                    n: total,
-                    ..Default::default()
-                }
-                .bytes();
-                let grid = Grid::Fixed([total.div_ceil(self.t.wg), 1, 1]);
-                let sp = spec(&[(id::WG, self.t.wg)]);
-                self.dispatch(
-                    format!("L{l}.silu_mul"),
-                    "elementwise",
-                    Region::Mlp(l),
-                    Shader::SiluMul,
-                    sp,
-                    push,
-                    grid,
-                    binds,
-                    facts,
-                );
-            }
+            Op::GateUpProj(l) => self.gate_up_proj(l),
+            Op::SiluMul(l) => self.silu_mul(l),
             Op::DownProj(l) => {
+                let inter = self.s.intermediate;
                 let (w, x, y) = (
                     r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16),
                     self.act(Buf::Act, inter),
@@ -287,36 +122,202 @@ impl Lower<'_> {
                 self.matvec(format!("L{l}.down_proj"), Region::Mlp(l), w, x, y, h, inter);
             }
             Op::MlpResidual(l) => self.add(format!("L{l}.mlp_residual"), Region::Mlp(l)),
-            Op::FinalNorm => {
-                // A prompt chunk's last row feeds the head; a decode step's every row does.
-                let rows = self.head_rows();
-                let first = (n - rows) as u64 * h as u64 * F32;
-                let x = r(Buf::X, first, rows as u64 * h as u64 * F32);
-                let y = r(Buf::H, 0, rows as u64 * h as u64 * F32);
-                self.rmsnorm(
-                    "final_norm".into(),
-                    Region::Head,
-                    x,
-                    r(Buf::FinalNorm, 0, h as u64 * F32),
-                    y,
-                    h,
-                    rows,
-                );
-            }
-            Op::LmHead => {
-                let rows = self.head_rows();
-                let (w, x) = (
-                    r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16),
-                    r(Buf::H, 0, rows as u64 * h as u64 * F32),
-                );
-                let y = r(Buf::Logits, 0, rows as u64 * s.vocab as u64 * F32);
-                let saved = self.n;
-                self.n = rows;
-                self.matvec("lm_head".into(), Region::Head, w, x, y, s.vocab, h);
-                self.n = saved;
-            }
+            Op::FinalNorm => self.final_norm(),
+            Op::LmHead => self.lm_head(),
             Op::Argmax => self.logits_readback(),
         }
+    }
+
+    /// RMSNorm of every row of the residual `X` into `H` with weight `w`.
+    fn layer_norm(&mut self, label: String, region: Region, w: Range) {
+        let (h, n) = (self.s.hidden, self.n);
+        let (x, y) = (self.act(Buf::X, h), self.act(Buf::H, h));
+        self.rmsnorm(label, region, x, w, y, h, n);
+    }
+
+    /// The q, k and v projections of `H`, three matvecs over the stacked `Wqkv` (into the raw
+    /// q and k where the model norms them).
+    fn qkv_proj(&mut self, l: u32) {
+        let s = *self.s;
+        let (h, qd, kvd) = (s.hidden, s.q_dim(), s.kv_dim());
+        let (qo, ko) = if s.qk_norm {
+            (Buf::QRaw, Buf::KRaw)
+        } else {
+            (Buf::Q, Buf::K)
+        };
+        let hx = self.act(Buf::H, h);
+        let outs = [
+            ("q_proj", 0, qd, self.act(qo, qd)),
+            ("k_proj", qd, kvd, self.act(ko, kvd)),
+            ("v_proj", qd + kvd, kvd, self.act(Buf::V, kvd)),
+        ];
+        for (name, first_row, rows, y) in outs {
+            let w = r(
+                Buf::Wqkv(l),
+                first_row as u64 * h as u64 * F16,
+                rows as u64 * h as u64 * F16,
+            );
+            self.matvec(format!("L{l}.{name}"), Region::Attn(l), w, hx, y, rows, h);
+        }
+    }
+
+    /// Qwen3's per-head RMSNorm of the raw q and k.
+    fn qk_norm(&mut self, l: u32) {
+        let s = *self.s;
+        let (n, qd, kvd, hd) = (self.n, s.q_dim(), s.kv_dim(), s.head_dim);
+        let (qr, q) = (self.act(Buf::QRaw, qd), self.act(Buf::Q, qd));
+        let (kr, k) = (self.act(Buf::KRaw, kvd), self.act(Buf::K, kvd));
+        let (qw, kw) = (
+            r(Buf::QNorm(l), 0, hd as u64 * F32),
+            r(Buf::KNorm(l), 0, hd as u64 * F32),
+        );
+        self.rmsnorm(
+            format!("L{l}.q_norm"),
+            Region::Attn(l),
+            qr,
+            qw,
+            q,
+            hd,
+            n * s.heads,
+        );
+        self.rmsnorm(
+            format!("L{l}.k_norm"),
+            Region::Attn(l),
+            kr,
+            kw,
+            k,
+            hd,
+            n * s.kv_heads,
+        );
+    }
+
+    /// RoPE of q and k in place, one dispatch each.
+    fn rope(&mut self, l: u32) {
+        let s = *self.s;
+        let (n, hd) = (self.n, s.head_dim);
+        for (name, buf, heads) in [("q_rope", Buf::Q, s.heads), ("k_rope", Buf::K, s.kv_heads)] {
+            let x = self.act(buf, heads * hd);
+            let table = r(Buf::RopeTable, 0, s.max_seq as u64 * hd as u64 * F32);
+            let binds = vec![read(self.params()), rw(x), read(table)];
+            let rot = n as u64 * heads as u64 * hd as u64;
+            let facts = OpInfo {
+                bytes_read: rot * F32 + rot * F32,
+                bytes_written: rot * F32,
+                flops: 3 * rot,
+                ..Default::default()
+            };
+            let push = RopePush {
+                heads,
+                head_dim: hd,
+                pad0: 0,
+                pad1: 0,
+            }
+            .bytes();
+            let grid = Grid::Fixed([(heads * hd / 2).div_ceil(self.t.wg), n, 1]);
+            let sp = spec(&[(id::WG, self.t.wg)]);
+            self.dispatch(
+                format!("L{l}.{name}"),
+                "rope",
+                Region::Attn(l),
+                Shader::Rope,
+                sp,
+                push,
+                grid,
+                binds,
+                facts,
+            );
+        }
+    }
+
+    /// The gate and up projections of `H`: two matvecs over the stacked `WGateUp`.
+    fn gate_up_proj(&mut self, l: u32) {
+        let (h, inter) = (self.s.hidden, self.s.intermediate);
+        let half = inter as u64 * h as u64 * F16;
+        let hx = self.act(Buf::H, h);
+        let (g, u) = (self.act(Buf::Gate, inter), self.act(Buf::Up, inter));
+        self.matvec(
+            format!("L{l}.gate_proj"),
+            Region::Mlp(l),
+            r(Buf::WGateUp(l), 0, half),
+            hx,
+            g,
+            inter,
+            h,
+        );
+        self.matvec(
+            format!("L{l}.up_proj"),
+            Region::Mlp(l),
+            r(Buf::WGateUp(l), half, half),
+            hx,
+            u,
+            inter,
+            h,
+        );
+    }
+
+    /// `Act = silu(Gate) * Up`.
+    fn silu_mul(&mut self, l: u32) {
+        let (n, inter) = (self.n, self.s.intermediate);
+        let total = n * inter;
+        let binds = vec![
+            read(self.act(Buf::Gate, inter)),
+            read(self.act(Buf::Up, inter)),
+            write(self.act(Buf::Act, inter)),
+        ];
+        let facts = Self::stream_facts(&binds, 5 * total as u64);
+        let push = SiluMulPush {
+            n: total,
+            ..Default::default()
+        }
+        .bytes();
+        let grid = Grid::Fixed([total.div_ceil(self.t.wg), 1, 1]);
+        let sp = spec(&[(id::WG, self.t.wg)]);
+        self.dispatch(
+            format!("L{l}.silu_mul"),
+            "elementwise",
+            Region::Mlp(l),
+            Shader::SiluMul,
+            sp,
+            push,
+            grid,
+            binds,
+            facts,
+        );
+    }
+
+    /// The final RMSNorm of the rows that feed the head: a prompt chunk's last row, a decode
+    /// step's every row.
+    fn final_norm(&mut self) {
+        let (h, n) = (self.s.hidden, self.n);
+        let rows = self.head_rows();
+        let first = (n - rows) as u64 * h as u64 * F32;
+        let x = r(Buf::X, first, rows as u64 * h as u64 * F32);
+        let y = r(Buf::H, 0, rows as u64 * h as u64 * F32);
+        self.rmsnorm(
+            "final_norm".into(),
+            Region::Head,
+            x,
+            r(Buf::FinalNorm, 0, h as u64 * F32),
+            y,
+            h,
+            rows,
+        );
+    }
+
+    /// The lm_head matvec over the vocabulary, for the head's rows.
+    fn lm_head(&mut self) {
+        let s = *self.s;
+        let h = s.hidden;
+        let rows = self.head_rows();
+        let (w, x) = (
+            r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16),
+            r(Buf::H, 0, rows as u64 * h as u64 * F32),
+        );
+        let y = r(Buf::Logits, 0, rows as u64 * s.vocab as u64 * F32);
+        let saved = self.n;
+        self.n = rows;
+        self.matvec("lm_head".into(), Region::Head, w, x, y, s.vocab, h);
+        self.n = saved;
     }
 
     pub(super) fn embed(&mut self) {
