@@ -329,57 +329,15 @@ pub(super) fn measure(
         .filter(|t| t.phase == Phase::Decode)
         .collect();
     let m = medians(&timed);
-    let gaps: Vec<f64> = if engine.clock().calibrated {
-        let recs = engine.records();
-        (timed_from..timed_to)
-            .filter(|&i| recs[i].phase == Phase::Decode)
-            .filter_map(|i| profiler::stats::gpu_gap_ns(recs, i).map(|g| g as f64 / 1e3))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let gpu_gap_us = (!gaps.is_empty()).then(|| median(gaps));
+    let gpu_gap_us = gpu_gap_us(engine, timed_from..timed_to);
     let decode_steps = timed.len();
     let (attention_gpu_us, gather_gpu_us) = if args.breakdown > 0 {
-        engine.set_timestamps(Timestamps::Dispatch)?;
-        let from = engine.records().len();
-        seqs.run(engine, args.breakdown)?;
-        let ops = engine.ops();
-        let is_attention = |op: u32| {
-            ops.get(op as usize)
-                .is_some_and(|o| o.kind == "attention" || o.label.ends_with("kv_gather"))
-        };
-        let is_gather = |op: u32| {
-            ops.get(op as usize)
-                .is_some_and(|o| o.label.ends_with("kv_gather"))
-        };
-        let records = &engine.records()[from..];
-        let per_step = |pick: &dyn Fn(u32) -> bool| picked_us(records, pick, m.gpu_us);
-        // A program with no attention dispatch of its own (the persistent kernel runs the whole
-        // token in one) has no attention time to report.
-        let separate = records
-            .iter()
-            .any(|t| t.gpu_spans.iter().any(|s| is_attention(s.op())));
-        (
-            separate.then(|| per_step(&is_attention)),
-            kv.gathers().then(|| per_step(&is_gather)),
-        )
+        breakdown(engine, &mut seqs, args.breakdown, kv, m.gpu_us)?
     } else {
         (None, None)
     };
     let context = prompts[0].len();
-    let file = args.out.join(format!(
-        "{}-{}-b{}-c{}{}.json",
-        name.replace([' ', ':'], "_").replace("--", ""),
-        kv.layout_name().replace(':', "") + if kv.gathers() { "-gather" } else { "" },
-        kv.batch,
-        context,
-        if args.timestamps.len() > 1 {
-            format!("-t{}", level.name())
-        } else {
-            String::new()
-        }
-    ));
+    let file = trace_path(args, name, kv, context, level);
     profiler::io::write_trace(&file, &trace)
         .with_context(|| format!("cannot write {}", file.display()))?;
     let shape = engine.shape();
@@ -432,4 +390,75 @@ pub(super) fn measure(
         tokens_match: true,
         ids: seqs.first_ids.clone(),
     })
+}
+
+/// The median idle GPU time before each decode record of `range` (None without calibrated
+/// timestamps).
+fn gpu_gap_us(engine: &Engine, range: std::ops::Range<usize>) -> Option<f64> {
+    if !engine.clock().calibrated {
+        return None;
+    }
+    let recs = engine.records();
+    let gaps: Vec<f64> = range
+        .filter(|&i| recs[i].phase == Phase::Decode)
+        .filter_map(|i| profiler::stats::gpu_gap_ns(recs, i).map(|g| g as f64 / 1e3))
+        .collect();
+    (!gaps.is_empty()).then(|| median(gaps))
+}
+
+/// Decodes `steps` more steps at dispatch level and returns the attention and (for the gather
+/// path) the gather GPU time per step, as shares of `gpu_us`. A program with no attention
+/// dispatch of its own (the persistent kernel runs the whole token in one) has no attention
+/// time to report.
+fn breakdown(
+    engine: &mut Engine,
+    seqs: &mut Decoding,
+    steps: usize,
+    kv: KvConfig,
+    gpu_us: Option<f64>,
+) -> anyhow::Result<(Option<f64>, Option<f64>)> {
+    engine.set_timestamps(Timestamps::Dispatch)?;
+    let from = engine.records().len();
+    seqs.run(engine, steps)?;
+    let ops = engine.ops();
+    let is_attention = |op: u32| {
+        ops.get(op as usize)
+            .is_some_and(|o| o.kind == "attention" || o.label.ends_with("kv_gather"))
+    };
+    let is_gather = |op: u32| {
+        ops.get(op as usize)
+            .is_some_and(|o| o.label.ends_with("kv_gather"))
+    };
+    let records = &engine.records()[from..];
+    let per_step = |pick: &dyn Fn(u32) -> bool| picked_us(records, pick, gpu_us);
+    let separate = records
+        .iter()
+        .any(|t| t.gpu_spans.iter().any(|s| is_attention(s.op())));
+    Ok((
+        separate.then(|| per_step(&is_attention)),
+        kv.gathers().then(|| per_step(&is_gather)),
+    ))
+}
+
+/// The point's trace file in `--out`: setting, layout, batch, context and (when the sweep has
+/// several) timestamp level.
+fn trace_path(
+    args: &Args,
+    name: &str,
+    kv: KvConfig,
+    context: usize,
+    level: Timestamps,
+) -> std::path::PathBuf {
+    args.out.join(format!(
+        "{}-{}-b{}-c{}{}.json",
+        name.replace([' ', ':'], "_").replace("--", ""),
+        kv.layout_name().replace(':', "") + if kv.gathers() { "-gather" } else { "" },
+        kv.batch,
+        context,
+        if args.timestamps.len() > 1 {
+            format!("-t{}", level.name())
+        } else {
+            String::new()
+        }
+    ))
 }

@@ -289,18 +289,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let bandwidth = if args.no_probe {
         None
     } else {
-        eprintln!("probing the memory bandwidth of {}", gpu.info().name);
-        let b = super::gpu::probe_or_warn(&gpu);
-        if let Some(b) = &b {
-            eprintln!(
-                "read {:.0} GB/s, copy {:.0} GB/s (read + write), best of {} over {} MiB",
-                b.read_gbps,
-                b.copy_gbps,
-                b.runs,
-                b.bytes >> 20
-            );
-        }
-        b
+        probe_bandwidth(&gpu)
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
@@ -316,37 +305,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut contexts = args.context.clone();
     contexts.sort_unstable();
     contexts.dedup();
-    let mut groups = vec![];
-    for &batch in &args.batch {
-        for (kv, paths) in kv_groups(&args, batch)? {
-            for (name, knobs) in &settings {
-                let mut paths = paths.clone();
-                // The persistent kernel reads paged blocks in place only: no gather path.
-                if knobs.kernels == Kernels::Persistent && paths.contains(&PagedAttention::Gather) {
-                    paths.retain(|p| *p != PagedAttention::Gather);
-                    let what = format!("{name} {} gather batch {batch}", kv.layout_name());
-                    if !refused.iter().any(|(n, _)| *n == what) {
-                        refused.push((
-                            what,
-                            "the persistent kernel reads the paged blocks in place; it has no gather path".into(),
-                        ));
-                    }
-                }
-                let Some(&first) = paths.first() else {
-                    continue;
-                };
-                groups.push(Group {
-                    kv: KvConfig {
-                        paged_attention: first,
-                        ..kv
-                    },
-                    paths,
-                    name: name.clone(),
-                    knobs: *knobs,
-                });
-            }
-        }
-    }
+    let groups = groups(&args, &settings, &mut refused)?;
     let n_points: usize = groups.iter().map(|g| g.paths.len()).sum::<usize>()
         * contexts.len()
         * args.timestamps.len();
@@ -384,19 +343,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             g,
             &bar,
             &mut |row| {
-                bar.println(format!(
-                "{} {} {} batch {} context {} timestamps {}: {:.1} tokens/s, {:.2} ms/step, attention {} us/step{}",
-                row.setting,
-                row.kv,
-                row.paged_attention,
-                row.batch,
-                row.context,
-                row.timestamps,
-                row.tokens_per_s,
-                row.ms_per_step,
-                opt(row.attention_gpu_us),
-                row.roofline_share.map_or(String::new(), |v| format!(", {:.1}% of the roofline", 100.0 * v))
-            ));
+                bar.println(progress_line(&row));
                 rows.push(row);
                 bar.inc(1);
                 // What is measured so far survives a sweep that is stopped or runs out of time.
@@ -407,17 +354,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
     let rows = ordered(&rows);
-    // A peer that fails to run costs its rows, not the sweep's.
-    let (peers, peer_error) = match &args.llama_server {
-        Some(path) => match llama_rows(&args, path, &base_ids, &rows) {
-            Ok(p) => (p, None),
-            Err(e) => {
-                eprintln!("warning: llama.cpp side by side failed: {e:#}");
-                (Vec::new(), Some(format!("{e:#}")))
-            }
-        },
-        None => (Vec::new(), None),
-    };
+    let (peers, peer_error) = peer_rows(&args, &base_ids, &rows);
     let text = write_results(
         &args,
         &info,
@@ -434,6 +371,98 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.out.join("bench.json").display()
     );
     Ok(())
+}
+
+/// Measures the device's memory bandwidth for the rows' roofline shares (None where it fails).
+fn probe_bandwidth(gpu: &Gpu) -> Option<crate::vk::Bandwidth> {
+    eprintln!("probing the memory bandwidth of {}", gpu.info().name);
+    let b = super::gpu::probe_or_warn(gpu);
+    if let Some(b) = &b {
+        eprintln!(
+            "read {:.0} GB/s, copy {:.0} GB/s (read + write), best of {} over {} MiB",
+            b.read_gbps,
+            b.copy_gbps,
+            b.runs,
+            b.bytes >> 20
+        );
+    }
+    b
+}
+
+/// The sweep's engines: every setting at every KV layout and batch size, each with the paged
+/// attention paths it decodes. A path a setting cannot take is left out and added to `refused`.
+fn groups(
+    args: &Args,
+    settings: &[Setting],
+    refused: &mut Vec<(String, String)>,
+) -> anyhow::Result<Vec<Group>> {
+    let mut groups = vec![];
+    for &batch in &args.batch {
+        for (kv, paths) in kv_groups(args, batch)? {
+            for (name, knobs) in settings {
+                let mut paths = paths.clone();
+                // The persistent kernel reads paged blocks in place only: no gather path.
+                if knobs.kernels == Kernels::Persistent && paths.contains(&PagedAttention::Gather) {
+                    paths.retain(|p| *p != PagedAttention::Gather);
+                    let what = format!("{name} {} gather batch {batch}", kv.layout_name());
+                    if !refused.iter().any(|(n, _)| *n == what) {
+                        refused.push((
+                            what,
+                            "the persistent kernel reads the paged blocks in place; it has no gather path".into(),
+                        ));
+                    }
+                }
+                let Some(&first) = paths.first() else {
+                    continue;
+                };
+                groups.push(Group {
+                    kv: KvConfig {
+                        paged_attention: first,
+                        ..kv
+                    },
+                    paths,
+                    name: name.clone(),
+                    knobs: *knobs,
+                });
+            }
+        }
+    }
+    Ok(groups)
+}
+
+/// The line printed as each point is measured.
+fn progress_line(row: &Row) -> String {
+    format!(
+        "{} {} {} batch {} context {} timestamps {}: {:.1} tokens/s, {:.2} ms/step, attention {} us/step{}",
+        row.setting,
+        row.kv,
+        row.paged_attention,
+        row.batch,
+        row.context,
+        row.timestamps,
+        row.tokens_per_s,
+        row.ms_per_step,
+        opt(row.attention_gpu_us),
+        row.roofline_share.map_or(String::new(), |v| format!(
+            ", {:.1}% of the roofline",
+            100.0 * v
+        ))
+    )
+}
+
+/// llama.cpp's rows with `--llama-server`, and why they are missing where it failed: a peer
+/// that fails to run costs its rows, not the sweep's.
+fn peer_rows(args: &Args, base_ids: &[u32], rows: &[Row]) -> (Vec<peer::PeerRow>, Option<String>) {
+    match &args.llama_server {
+        Some(path) => match llama_rows(args, path, base_ids, rows) {
+            Ok(p) => (p, None),
+            Err(e) => {
+                eprintln!("warning: llama.cpp side by side failed: {e:#}");
+                (Vec::new(), Some(format!("{e:#}")))
+            }
+        },
+        None => (Vec::new(), None),
+    }
 }
 
 #[cfg(test)]
