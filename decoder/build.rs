@@ -2,7 +2,13 @@
 //! Vulkan 1.2 using shaderc, and generates `shaders.rs` in `OUT_DIR`: an `enum Shader` with one
 //! variant per file and its SPIR-V embedded with `include_bytes!`. A shader error fails the build
 //! with the shader's file and line, as glslang reports them.
+//!
+//! It also reads every `layout(constant_id = N) const TYPE NAME` of `shaders/` and generates
+//! `pub mod spec` with `pub const NAME: usize = N;`, the ids the Rust side sets constants by. One
+//! name has one id in every shader, and one shader (with its includes) gives each id one name:
+//! anything else fails the build naming the constants and their files.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -24,6 +30,9 @@ fn main() {
     for p in &entries {
         println!("cargo:rerun-if-changed={}", p.display());
     }
+
+    // Before compiling: a disagreement is reported with the constants' names and files.
+    let spec_code = spec_module(&shader_dir, &entries);
 
     let compiler = shaderc::Compiler::new().unwrap_or_else(|e| fail(&format!("shaderc: {e}")));
     let mut failures = Vec::new();
@@ -108,9 +117,167 @@ fn main() {
         );
     }
     code.push_str("        }\n    }\n}\n");
+    code.push_str(&spec_code);
     if let Err(e) = std::fs::write(out_dir.join("shaders.rs"), code) {
         fail(&format!("cannot write shaders.rs: {e}"));
     }
+}
+
+/// One `layout(constant_id = N) const TYPE NAME` declaration: its id, name and file.
+struct SpecDecl {
+    id: usize,
+    name: String,
+    file: String,
+}
+
+/// The declarations of `text` (the file `file`), in order.
+fn spec_decls(text: &str, file: &str) -> Vec<SpecDecl> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("layout") else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let Some(rest) = rest.strip_prefix('(') else {
+            continue;
+        };
+        let Some((inside, after)) = rest.split_once(')') else {
+            continue;
+        };
+        let Some((key, id)) = inside.split_once('=') else {
+            continue;
+        };
+        if key.trim() != "constant_id" {
+            continue;
+        }
+        let id: usize = id
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| fail(&format!("{file}: constant_id {id:?} is not a number")));
+        // `const TYPE NAME = ...;`
+        let words: Vec<&str> = after
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        match words[..] {
+            ["const", _ty, name, ..] => out.push(SpecDecl {
+                id,
+                name: name.to_string(),
+                file: file.to_string(),
+            }),
+            _ => fail(&format!(
+                "{file}: cannot read the name of the specialization constant in {line:?}"
+            )),
+        }
+    }
+    out
+}
+
+/// The files a shader reads: itself and its `#include "..."`s, recursively, each once.
+fn with_includes(dir: &Path, name: &str, seen: &mut Vec<String>) {
+    if seen.iter().any(|s| s == name) {
+        return;
+    }
+    seen.push(name.to_string());
+    let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    for line in text.lines() {
+        if let Some(inc) = line.trim().strip_prefix("#include") {
+            with_includes(dir, inc.trim().trim_matches('"'), seen);
+        }
+    }
+}
+
+/// `pub mod spec`: every specialization constant's id by name, checked across the shaders.
+fn spec_module(dir: &Path, entries: &[PathBuf]) -> String {
+    let name_of = |p: &PathBuf| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut decls: BTreeMap<String, Vec<SpecDecl>> = BTreeMap::new();
+    for p in entries {
+        let file = name_of(p);
+        if !(file.ends_with(".comp") || file.ends_with(".glsl")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(p)
+            .unwrap_or_else(|e| fail(&format!("cannot read shaders/{file}: {e}")));
+        decls.insert(file.clone(), spec_decls(&text, &format!("shaders/{file}")));
+    }
+    let mut errors = Vec::new();
+    // One name, one id, in every shader.
+    let mut by_name: BTreeMap<&str, Vec<&SpecDecl>> = BTreeMap::new();
+    for d in decls.values().flatten() {
+        by_name.entry(&d.name).or_default().push(d);
+    }
+    for (name, ds) in &by_name {
+        if ds.iter().any(|d| d.id != ds[0].id) {
+            let at: Vec<String> = ds
+                .iter()
+                .map(|d| format!("constant_id {} in {}", d.id, d.file))
+                .collect();
+            errors.push(format!(
+                "specialization constant {name} has different ids: {}; one name has one id in \
+                 every shader (the Rust side sets it as spec::{name})",
+                at.join(", ")
+            ));
+        }
+    }
+    // One shader and its includes: one name per id.
+    for p in entries {
+        let file = name_of(p);
+        if !file.ends_with(".comp") {
+            continue;
+        }
+        let mut files = Vec::new();
+        with_includes(dir, &file, &mut files);
+        let mut by_id: BTreeMap<usize, Vec<&SpecDecl>> = BTreeMap::new();
+        for d in files.iter().filter_map(|f| decls.get(f)).flatten() {
+            by_id.entry(d.id).or_default().push(d);
+        }
+        for (id, ds) in by_id {
+            if ds.iter().any(|d| d.name != ds[0].name) {
+                let at: Vec<String> = ds
+                    .iter()
+                    .map(|d| format!("{} in {}", d.name, d.file))
+                    .collect();
+                errors.push(format!(
+                    "shaders/{file}: constant_id {id} is declared twice: {}",
+                    at.join(" and ")
+                ));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        fail(&format!(
+            "specialization constants disagree:\n{}",
+            errors.join("\n")
+        ));
+    }
+    let mut code = String::from(
+        "\n/// Specialization constant ids by name, read by `build.rs` from every\n\
+         /// `layout(constant_id = N) const TYPE NAME` in `shaders/` (one id per name in every shader).\n\
+         pub mod spec {\n",
+    );
+    let mut count = 0;
+    for (name, ds) in &by_name {
+        let mut files: Vec<&str> = ds.iter().map(|d| d.file.as_str()).collect();
+        files.dedup();
+        let _ = writeln!(
+            code,
+            "    /// `{name}` in {}.\n    pub const {name}: usize = {};",
+            files.join(", "),
+            ds[0].id
+        );
+        count = count.max(ds[0].id + 1);
+    }
+    let _ = writeln!(
+        code,
+        "    /// One more than the largest id: the constants a pipeline description carries.\n    pub const COUNT: usize = {count};\n}}"
+    );
+    code
 }
 
 fn include(dir: &Path, name: &str) -> Result<shaderc::ResolvedInclude, String> {

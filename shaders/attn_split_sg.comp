@@ -33,7 +33,7 @@
 #include "kv.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 2) const uint SG = 32;
+layout(constant_id = 1) const uint SG = 32;
 
 const uint MAX_G = 8;
 const uint MAX_HD4 = 32;
@@ -47,7 +47,7 @@ layout(constant_id = 3) const uint UNROLL = 8;
 // whole rows) and sums the dot products over those lanes with subgroupShuffleXor; 0: each lane
 // reads its own position's whole row; 2: as 1, with all SG rows' loads issued before the first
 // dot product. 1 and 2 need SG >= LP.
-layout(constant_id = 1) const uint KCOOP = 0;
+layout(constant_id = 2) const uint KCOOP = 0;
 const uint LP = 8;
 // vec4 columns per lane when LP lanes share a row.
 const uint CPL = (MAX_HD4 + LP - 1) / LP;

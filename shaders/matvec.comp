@@ -9,7 +9,7 @@
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint ROWS = 1;
+layout(constant_id = 22) const uint ROWS = 1;
 
 layout(set = 0, binding = 0) readonly buffer W { float16_t w[]; };
 layout(set = 0, binding = 0) readonly buffer W2 { f16vec2 w2[]; };

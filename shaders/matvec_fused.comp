@@ -19,7 +19,7 @@
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint ROWS = 1;
+layout(constant_id = 22) const uint ROWS = 1;
 layout(constant_id = 2) const uint NORM = 0;
 layout(constant_id = 3) const uint EPILOGUE = 0;
 

@@ -19,7 +19,7 @@
 #include "kv.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint QK_NORM = 0;
+layout(constant_id = 2) const uint QK_NORM = 0;
 
 layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) readonly buffer Qkv { float qkv[]; };

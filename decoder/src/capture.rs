@@ -7,12 +7,13 @@ use std::path::Path;
 use anyhow::Context as _;
 use profiler::io::TraceWriter;
 use profiler::trace::{
-    DeviceMeta, FORMAT_NAME, FORMAT_VERSION, Meta, ModelMeta, Phase, RunMeta, TokenRecord,
-    ToolMeta, Trace,
+    DeviceMeta, FORMAT_NAME, FORMAT_VERSION, Meta, ModelMeta, PersistentGridMeta, Phase, RunMeta,
+    TokenRecord, ToolMeta, Trace, TuningMeta,
 };
 
 use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
 use crate::exec::knobs::Knobs;
+use crate::exec::program::TuningOverrides;
 use crate::generate::{GenerateOptions, Generation, generate, generate_batch};
 use crate::kv::{KvConfig, KvKind};
 use crate::model::Model;
@@ -34,6 +35,8 @@ pub struct CaptureSpec {
     pub logits_readback: bool,
     /// KV layout, element type, batch and prompt chunk.
     pub kv: KvConfig,
+    /// Tuning keys set on the command line, over the device's defaults.
+    pub tuning: TuningOverrides,
 }
 
 /// The prompts of a batch: sequence b decodes after the first `len - b * step` tokens of
@@ -113,6 +116,7 @@ fn engine_for(gpu: &Gpu, model: &Model, spec: &CaptureSpec) -> anyhow::Result<En
         max_seq,
         kv: spec.kv,
         logits_readback: spec.logits_readback,
+        tuning: spec.tuning,
     };
     let engine = Engine::new(gpu, &model.config, &model.weights, opts)
         .context("cannot set up the Vulkan decoder")?;
@@ -245,8 +249,36 @@ pub fn trace_meta(
             timestamps: spec.timestamps.name().into(),
             generated_ids: generation.ids.clone(),
             generated_text: generation.text.clone(),
+            tuning: Some(tuning_meta(engine, &spec.tuning)),
         },
         capture: None,
+    }
+}
+
+
+/// The tuning `engine` resolved (every key, defaults included) and the persistent kernel's grid,
+/// for `meta.run.tuning`; `overrides` are the keys the command line set.
+pub fn tuning_meta(engine: &Engine, overrides: &TuningOverrides) -> TuningMeta {
+    let t = engine.tuning();
+    TuningMeta {
+        keys: t
+            .values()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        overrides: overrides.to_string(),
+        persistent_grid: engine.persistent_grid().map(|(workgroups, invocations)| {
+            PersistentGridMeta {
+                workgroups,
+                invocations,
+                subgroup_size: t.subgroup,
+                head_groups: crate::exec::persistent::head_groups(
+                    engine.shape(),
+                    t,
+                    engine.kv_config().batch.max(1),
+                ),
+            }
+        }),
     }
 }
 

@@ -86,7 +86,7 @@ fn run_probe(gpu: &Gpu, opts: ProbeOptions) -> VkResult<Bandwidth> {
     let dst = gpu.create_buffer(BufferDesc::device(bytes), "probe_dst")?;
     let sink = gpu.create_buffer(BufferDesc::device(groups as u64 * 4), "probe_sink")?;
     let mut spec = [0u32; SPEC_CONSTANTS];
-    spec[0] = WG;
+    spec[crate::shaders::spec::WG] = WG;
     let pipeline = gpu.create_pipeline(PipelineDesc {
         shader: Shader::BwRead,
         bindings: 2,

@@ -5,6 +5,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{AddPush, add_cpu};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{assert_exact, launch, out_f32};
 
 #[test]
@@ -25,7 +26,7 @@ fn add_odd_sizes() {
                 Shader::Add,
                 push.bytes(),
                 [(n as u32).div_ceil(wg), 1, 1],
-                &[wg],
+                &[(id::WG, wg)],
                 &[Binding::inout_f32(&x_ext), Binding::input_f32(&y)],
             );
             let mut want = x.clone();

@@ -7,6 +7,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{ArgmaxPush, argmax_cpu};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{launch, out_u32};
 
 #[test]
@@ -51,7 +52,7 @@ fn argmax_ties_odd_sizes_and_rows() {
                 }
                 .bytes(),
                 [rows as u32, 1, 1],
-                &[wg],
+                &[(id::WG, wg)],
                 &[
                     Binding::input_f32(&x),
                     Binding {

@@ -8,6 +8,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{AttnDims, AttnMergePush, attn_merge_cpu, attn_split_cpu};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{assert_close, kv_cache, launch, out_f32};
 
 /// (heads, kv_heads, hd, KV length of each row, n_splits, WG)
@@ -65,7 +66,7 @@ fn attn_merge_rows_and_splits() {
                 }
                 .bytes(),
                 [heads as u32, n as u32, 1],
-                &[wg],
+                &[(id::WG, wg)],
                 &[
                     Binding::input_f32(&partial),
                     Binding::output_f32(n * heads * hd, f32::NAN),

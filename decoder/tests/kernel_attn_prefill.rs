@@ -12,6 +12,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{AttnDims, AttnPrefillPush, prefill_tokens_per_group_rows};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{
     ATTN_SHAPES, KV_CASES, KvLayout, assert_close, attention_seqs_cpu, chunk_rows, launch,
     logical_caches, out_f32, rows_name,
@@ -85,14 +86,14 @@ fn attn_prefill_and_rows_layouts_chunks_windows() {
                         Shader::AttnPrefill,
                         wg_tiled,
                         [(n as u32).div_ceil(tq), kv_heads as u32, 1],
-                        vec![wg_tiled, max_r],
+                        vec![(id::WG, wg_tiled), (id::R_SPEC, max_r)],
                     ));
                 }
                 runs.push((
                     Shader::AttnPrefillRows,
                     wg_rows,
                     [((n * heads) as u32).div_ceil(wg_rows), 1, 1],
-                    vec![wg_rows],
+                    vec![(id::WG, wg_rows)],
                 ));
                 for (shader, wg, groups, spec) in runs {
                     let out = launch(

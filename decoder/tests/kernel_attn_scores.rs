@@ -11,6 +11,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{AttnDims, ScoresPush};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{
     ATTN_SHAPES, KV_CASES, KvLayout, abs_caches, abs_vec, assert_close_scaled, chunk_rows,
     decode_rows, launch, lens_and_step, logical_caches, out_f32, params_rows, scores_rows_cpu,
@@ -63,7 +64,7 @@ fn attn_scores_layouts_rows_windows() {
                         Shader::AttnScores,
                         push.bytes(),
                         [(kv_len as u32).div_ceil(wg), heads as u32, n as u32],
-                        &layout.spec(&[wg]),
+                        &layout.spec(&[(id::WG, wg)]),
                         &[
                             params_rows(&rows),
                             Binding::input_f32(&q),

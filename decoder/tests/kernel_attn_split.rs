@@ -15,6 +15,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{AttnDims, AttnMergePush, AttnSplitPush, RowParams, attn_split_cpu};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use decoder::vk::Gpu;
 use kernel_support::{
     ATTN_SHAPES, KV_CASES, KvCase, KvLayout, assert_close, attention_seqs_cpu, decode_rows, launch,
@@ -103,12 +104,21 @@ fn split_and_merge(
     // The engine's launch of each kernel: the tiled one workgroup per split; the subgroup one
     // four subgroups (at least 64 invocations) per workgroup, one split each.
     let (shader, spec, groups) = match kernel {
-        SplitKernel::Tiled(tile) => (Shader::AttnSplit, vec![wg, tile], n_splits as u32),
+        SplitKernel::Tiled(tile) => (
+            Shader::AttnSplit,
+            vec![(id::WG, wg), (id::TILE, tile)],
+            n_splits as u32,
+        ),
         SplitKernel::Subgroup(sg, unroll, kcoop) => {
             let wg = (4 * sg).max(64);
             (
                 Shader::AttnSplitSg,
-                vec![wg, kcoop, sg, unroll],
+                vec![
+                    (id::WG, wg),
+                    (id::KCOOP, kcoop),
+                    (id::SG, sg),
+                    (id::UNROLL, unroll),
+                ],
                 (n_splits as u32).div_ceil(wg / sg),
             )
         }
@@ -181,7 +191,7 @@ fn split_and_merge(
         }
         .bytes(),
         [heads as u32, n as u32, 1],
-        &[wg],
+        &[(id::WG, wg)],
         &[
             Binding::input_f32(&got),
             Binding::output_f32(n * heads * hd, f32::NAN),

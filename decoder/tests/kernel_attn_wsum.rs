@@ -10,6 +10,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{AttnDims, RowParams, ScoresPush, SoftmaxPush, WsumPush};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{
     ATTN_SHAPES, KV_CASES, KvLayout, abs_caches, abs_vec, assert_close, assert_close_scaled,
     attention_seqs_cpu, chunk_rows, decode_rows, launch, lens_and_step, logical_caches, out_f32,
@@ -74,7 +75,7 @@ fn attn_wsum_layouts_rows_windows() {
                         Shader::AttnWsum,
                         push.bytes(),
                         [(hd as u32).div_ceil(wg), heads as u32, n as u32],
-                        &layout.spec(&[wg]),
+                        &layout.spec(&[(id::WG, wg)]),
                         &[
                             params_rows(&rows),
                             Binding::input_f32(&p),
@@ -136,7 +137,7 @@ fn primitive_attention_chain_matches_attention_rows_cpu() {
                 let scale = 1.0 / (hd as f32).sqrt();
                 let prm = params_rows(&rows);
                 let (h32, kvh32, hd32) = (heads as u32, kv_heads as u32, hd as u32);
-                let spec = layout.spec(&[wg]);
+                let spec = layout.spec(&[(id::WG, wg)]);
                 let scores = launch(
                     gpu,
                     Shader::AttnScores,
@@ -169,7 +170,7 @@ fn primitive_attention_chain_matches_attention_rows_cpu() {
                     }
                     .bytes(),
                     [h32, n as u32, 1],
-                    &[wg],
+                    &[(id::WG, wg)],
                     &[prm.clone(), Binding::inout_f32(&out_f32(&scores, 4))],
                 );
                 let out = launch(

@@ -12,6 +12,7 @@ use decoder::exec::kernels::{
 };
 use decoder::kv::KvDtype;
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use decoder::vk::{
     BufRange, BufferDesc, Gpu, GpuOptions, PipelineDesc, Queue, Recorder, SPEC_CONSTANTS,
     SetLifetime,
@@ -32,13 +33,15 @@ fn time_us(
     gpu: &Gpu,
     shader: Shader,
     push: &[u8],
-    spec: &[u32],
+    spec: &[(usize, u32)],
     groups: [u32; 3],
     binds: &[Bind],
 ) -> f64 {
     let mut rec = Recorder::new(gpu).expect("recorder");
     let mut s = [0u32; SPEC_CONSTANTS];
-    s[..spec.len()].copy_from_slice(spec);
+    for &(id, v) in spec {
+        s[id] = v;
+    }
     let pipeline = gpu
         .create_pipeline(PipelineDesc {
             shader,
@@ -106,8 +109,9 @@ fn time_us(
     rounds[1]
 }
 
-fn report(label: &str, spec: &[u32], us: f64, bytes: u64) {
-    let spec = format!("{spec:?}");
+/// `spec`'s values in the order given.
+fn report(label: &str, spec: &[(usize, u32)], us: f64, bytes: u64) {
+    let spec = format!("{:?}", spec.iter().map(|p| p.1).collect::<Vec<_>>());
     println!(
         "{label:<48} spec {spec:<16} {us:>9.2} us {:>8.0} GB/s",
         bytes as f64 / us / 1e3
@@ -139,11 +143,11 @@ fn bench_hot_kernels() {
         &gpu,
         Shader::Add,
         &push,
-        &[64],
+        &[(id::WG, 64)],
         [1, 1, 1],
         &[bind(4), bind(4)],
     );
-    report("floor: add n=1", &[64], us, 0);
+    report("floor: add n=1", &[(id::WG, 64)], us, 0);
 
     // Qwen3-0.6B decode shapes: (label, weight rows, cols, epilogue, norm).
     let shapes = [
@@ -206,7 +210,12 @@ fn bench_hot_kernels() {
         ];
         for wg in [32u32, 64, 128, 256] {
             for rows_per_group in [1u32, 2, 4, 8] {
-                let spec = [wg, rows_per_group, norm as u32, epi.spec()];
+                let spec = [
+                    (id::WG, wg),
+                    (id::ROWS, rows_per_group),
+                    (id::NORM, norm as u32),
+                    (id::EPILOGUE, epi.spec()),
+                ];
                 let groups = [rows.div_ceil(rows_per_group), 1, 1];
                 let us = time_us(&gpu, Shader::MatvecFused, &push, &spec, groups, &binds);
                 report(&format!("matvec_fused {label}"), &spec, us, bytes);
@@ -227,7 +236,7 @@ fn bench_hot_kernels() {
         ];
         for wg in [64u32, 128, 256] {
             for rows_per_group in [1u32, 2, 4] {
-                let spec = [wg, rows_per_group];
+                let spec = [(id::WG, wg), (id::ROWS, rows_per_group)];
                 let us = time_us(
                     &gpu,
                     Shader::Matvec,
@@ -296,8 +305,15 @@ fn bench_hot_kernels() {
                     bind(heads as u64 * n_splits as u64 * (hd as u64 + 2) * 4),
                 ];
                 for wg in [32u32, 64, 128, 256] {
-                    // Spec 4..=7: contiguous, max_seq positions, table stride 1, f16 flag.
-                    let spec = [wg, tile, 0, 0, 0, kv_len, 1, (dtype == KvDtype::F16) as u32];
+                    // Contiguous, max_seq positions, table stride 1, the f16 flag.
+                    let spec = [
+                        (id::WG, wg),
+                        (id::TILE, tile),
+                        (id::KV_LAYOUT, 0),
+                        (id::KV_UNIT, kv_len),
+                        (id::KV_TABLE_STRIDE, 1),
+                        (id::KV_F16, (dtype == KvDtype::F16) as u32),
+                    ];
                     let us = time_us(
                         &gpu,
                         Shader::AttnSplit,

@@ -6,6 +6,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{EmbedPush, embed_cpu};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{assert_exact, f16_vec, launch, out_f32};
 
 #[test]
@@ -25,7 +26,7 @@ fn embed_odd_sizes() {
                 Shader::Embed,
                 push.bytes(),
                 [(hidden as u32).div_ceil(wg), ids.len() as u32, 1],
-                &[wg],
+                &[(id::WG, wg)],
                 &[
                     Binding::input_u32(&ids),
                     Binding::input_f16(&table),

@@ -11,6 +11,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::KvAppendPush;
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{
     KV_CASES, KvLayout, chunk_rows, decode_rows, launch, lens_and_step, logical_caches,
     params_rows, rows_name,
@@ -73,7 +74,7 @@ fn kv_append_layouts_rows_f16_rounding() {
                     }
                     .bytes(),
                     [(kv_dim as u32).div_ceil(wg), n as u32, 1],
-                    &layout.spec(&[wg]),
+                    &layout.spec(&[(id::WG, wg)]),
                     &[
                         params_rows(&rows),
                         Binding::input_f32(&src),

@@ -11,6 +11,7 @@ use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{KvGatherPush, RowParams};
 use decoder::kv::KvDtype;
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{
     KV_CASES, KvLayout, assert_exact, chunk_rows, decode, decode_rows, f16_vec, launch,
     lens_and_step, logical_caches, params_rows, rows_name,
@@ -78,7 +79,7 @@ fn kv_gather_rows_and_whole_step_every_layout() {
                         1,
                         if mode == 0 { n as u32 } else { 1 },
                     ],
-                    &layout.spec(&[wg, mode]),
+                    &layout.spec(&[(id::WG, wg), (id::MODE, mode)]),
                     &[
                         params_rows(&rows),
                         layout.table(),

@@ -9,6 +9,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{MatvecPush, matvec_cpu};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{abs_vec, assert_close_scaled, f16_vec, launch, out_f32};
 
 #[test]
@@ -40,7 +41,7 @@ fn matmul_tails_against_matvec_per_token() {
                 Shader::Matmul,
                 push.bytes(),
                 [(rows as u32).div_ceil(32), (n as u32).div_ceil(32), 1],
-                &[64],
+                &[(id::WG, 64)],
                 &[
                     Binding::input_f16(&w),
                     Binding::input_f32(&x),

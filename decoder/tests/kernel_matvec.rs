@@ -7,6 +7,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{MatvecPush, matvec_cpu};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{assert_close_scaled, f16_vec, launch, out_f32};
 
 #[test]
@@ -34,7 +35,7 @@ fn matvec_odd_sizes() {
                 Shader::Matvec,
                 push.bytes(),
                 [(rows as u32).div_ceil(rows_per_group), n_tokens as u32, 1],
-                &[wg, rows_per_group],
+                &[(id::WG, wg), (id::ROWS, rows_per_group)],
                 &[
                     Binding::input_f16(&w),
                     Binding::input_f32(&x),

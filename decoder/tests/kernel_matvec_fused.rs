@@ -10,6 +10,7 @@ use decoder::exec::kernels::{
     Epilogue, MatvecFusedPush, matvec_cpu, matvec_fused_cpu, rmsnorm_cpu,
 };
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{assert_close_scaled, f16_vec, launch, out_f32};
 
 #[test]
@@ -55,7 +56,12 @@ fn matvec_fused_epilogues_norm_and_widths() {
                         Shader::MatvecFused,
                         push.bytes(),
                         [(rows as u32).div_ceil(rows_per_group), n as u32, 1],
-                        &[wg, rows_per_group, norm as u32, epilogue.spec()],
+                        &[
+                            (id::WG, wg),
+                            (id::ROWS, rows_per_group),
+                            (id::NORM, norm as u32),
+                            (id::EPILOGUE, epilogue.spec()),
+                        ],
                         &[
                             Binding::input_f16(&w),
                             Binding::input_f32(&x),

@@ -11,6 +11,7 @@ use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{AttnDims, QkNormRopeKvPush, qk_norm_rope_kv_cpu, rope_table};
 use decoder::kv::KvDtype;
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{
     ATTN_SHAPES, KV_CASES, KvLayout, assert_close, assert_exact, chunk_rows, decode_rows, inv_freq,
     launch, lens_and_step, logical_caches, out_f32, params_rows, rows_name,
@@ -71,7 +72,7 @@ fn qk_norm_rope_kv_layouts_rows() {
                     Shader::QkNormRopeKv,
                     push.bytes(),
                     [(heads + kv_heads) as u32, n as u32, 1],
-                    &layout.spec(&[wg, qk_norm as u32]),
+                    &layout.spec(&[(id::WG, wg), (id::QK_NORM, qk_norm as u32)]),
                     &[
                         params_rows(&rows),
                         Binding::input_f32(&qkv),

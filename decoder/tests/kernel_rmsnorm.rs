@@ -21,7 +21,7 @@ fn check(n: usize, rows: usize, wg: u32) {
             pad0: 0,
         };
         let mut spec = [0; decoder::vk::SPEC_CONSTANTS];
-        spec[0] = wg;
+        spec[decoder::shaders::spec::WG] = wg;
         let launch = Launch {
             shader: Shader::Rmsnorm,
             push: bytemuck::bytes_of(&push).to_vec(),

@@ -7,6 +7,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{RopePush, RowParams, rope_cpu, rope_table};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{
     assert_close, decode_rows, inv_freq, launch, out_f32, params, params_rows, rows_name,
 };
@@ -59,7 +60,7 @@ fn rope_positions_and_head_dims() {
                 Shader::Rope,
                 push.bytes(),
                 [((heads * hd / 2) as u32).div_ceil(wg), n as u32, 1],
-                &[wg],
+                &[(id::WG, wg)],
                 &[prm, Binding::inout_f32(&x), Binding::input_f32(&table)],
             );
             let mut want = x.clone();

@@ -6,6 +6,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{SiluMulPush, silu_mul_cpu};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{assert_close, launch, out_f32};
 
 #[test]
@@ -26,7 +27,7 @@ fn silu_mul_odd_sizes() {
                 Shader::SiluMul,
                 push.bytes(),
                 [(n as u32).div_ceil(wg), 1, 1],
-                &[wg],
+                &[(id::WG, wg)],
                 &[
                     Binding::input_f32(&g),
                     Binding::input_f32(&u),

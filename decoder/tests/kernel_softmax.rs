@@ -7,6 +7,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::exec::kernels::{RowParams, SoftmaxPush};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{
     assert_close, chunk_rows, decode_rows, launch, out_f32, params, params_rows, rows_name,
     softmax_rows_cpu,
@@ -73,7 +74,7 @@ fn softmax_rows_and_windows() {
                 Shader::Softmax,
                 push.bytes(),
                 [heads as u32, n as u32, 1],
-                &[wg],
+                &[(id::WG, wg)],
                 &[prm, Binding::inout_f32(&s)],
             );
             let mut want = s.clone();

@@ -118,6 +118,7 @@ fn on_gpu(
             max_seq: max_seq as u32,
             kv,
             logits_readback: true,
+            tuning: Default::default(),
         };
         let mut engine = Engine::new(gpu, &m.config, &m.weights, opts).expect("engine");
         generate_batch(&mut engine, prompts, steps, true).expect("GPU generation")
@@ -407,6 +408,7 @@ fn persistent_kernel_refuses_the_gather_path() {
             max_seq: 64,
             kv: paged(16, PagedAttention::Gather, 1),
             logits_readback: false,
+            tuning: Default::default(),
         };
         match Engine::new(gpu, &m.config, &m.weights, opts) {
             Ok(_) => panic!("the persistent kernel accepted --paged-attention gather"),
@@ -424,6 +426,7 @@ fn persistent_kernel_refuses_the_gather_path() {
             max_seq: 64,
             kv: paged(16, PagedAttention::Fused, 1),
             logits_readback: false,
+            tuning: Default::default(),
         };
         let mut engine = Engine::new(gpu, &m.config, &m.weights, opts).expect("engine");
         format!(

@@ -59,6 +59,7 @@ fn engine(gpu: &Gpu, model: &Model, knobs: Knobs, max_seq: usize) -> Engine {
         max_seq: max_seq as u32,
         kv: KvConfig::default(),
         logits_readback: true,
+        tuning: Default::default(),
     };
     Engine::new(gpu, &model.config, &model.weights, opts).expect("engine")
 }
@@ -261,6 +262,7 @@ fn replaying_primitive_kernels_is_refused() {
             max_seq: 16,
             kv: KvConfig::default(),
             logits_readback: true,
+            tuning: Default::default(),
         };
         match Engine::new(gpu, &model.config, &model.weights, opts) {
             Ok(_) => panic!("replaying primitive kernels was accepted"),
@@ -306,6 +308,7 @@ fn counters_per_decode_token_on_tiny() {
             timestamps: Timestamps::Dispatch,
             logits_readback: false,
             kv: KvConfig::default(),
+            tuning: Default::default(),
         };
         let (trace, clock) = common::with_gpu(|gpu| {
             let (trace, _) = capture(gpu, &model, &spec).expect("capture");

@@ -1,7 +1,7 @@
-//! The persistent kernel under tuning overrides that a one-workgroup CPU grid does not reach by
-//! itself, which are an environment variable, so this runs the CLI: greedy steps on tiny against
-//! the CPU reference, identical tokens, logits within a relative RMS of 5e-3 at every step, and
-//! nothing from the validation layer.
+//! The persistent kernel under tuning overrides (`--tuning`) that a one-workgroup CPU grid does not
+//! reach by itself, through the CLI: greedy steps on tiny against the CPU reference, identical
+//! tokens, logits within a relative RMS of 5e-3 at every step, and nothing from the validation
+//! layer.
 //! - Many splits per (row, KV head), so the merge gives a lane several splits and the lane
 //!   rescales its running max between them (and the subgroups meet at the largest of their
 //!   maxima). A GPU grid gets there past 32 splits a workgroup; the CPU grid with the
@@ -28,9 +28,10 @@ fn run(cache: &Path, dump: &Path, steps: u32, args: &[&str], tuning: Option<&str
         ])
         .args(["--dump", dump.to_str().unwrap()])
         .args(args)
-        .env("DECODESCOPE_CACHE", cache);
+        .env("DECODESCOPE_CACHE", cache)
+        .env_remove("DECODESCOPE_TUNING");
     if let Some(t) = tuning {
-        cmd.env("DECODESCOPE_TUNING", t);
+        cmd.args(["--tuning", t]);
     }
     let o = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();

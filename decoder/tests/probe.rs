@@ -10,6 +10,7 @@ mod kernel_support;
 use decoder::exec::harness::Binding;
 use decoder::probe::{ProbeOptions, measure, probe_bytes};
 use decoder::shaders::Shader;
+use decoder::shaders::spec as id;
 use kernel_support::{launch, out_f32};
 
 fn push(n: u32, magic: u32) -> Vec<u8> {
@@ -36,7 +37,7 @@ fn bw_read_reads_every_element_once() {
                     Shader::BwRead,
                     push(n, magic),
                     [groups, 1, 1],
-                    &[wg],
+                    &[(id::WG, wg)],
                     &[
                         Binding::input_f32(&src),
                         Binding::output_f32(groups as usize, -1.0),

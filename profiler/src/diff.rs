@@ -312,10 +312,13 @@ pub const COMPARABILITY_FIELDS: [&str; 23] = [
 /// Refuses an `--ignore` value that names no comparability field or group (it would silently
 /// ignore nothing), with the list of valid ones.
 pub fn check_ignore(ignore: &[String]) -> Result<(), String> {
+    // The tuning keys are the decoder's (`tuning.KEY`, `tuning.grid.FIELD`): any is taken.
     let names = |i: &str| {
-        COMPARABILITY_FIELDS
-            .iter()
-            .any(|f| *f == i || (f.starts_with(i) && f[i.len()..].starts_with('.')))
+        i == "tuning"
+            || i.starts_with("tuning.")
+            || COMPARABILITY_FIELDS
+                .iter()
+                .any(|f| *f == i || (f.starts_with(i) && f[i.len()..].starts_with('.')))
     };
     match ignore.iter().find(|i| !names(i)) {
         None => Ok(()),
@@ -325,6 +328,7 @@ pub fn check_ignore(ignore: &[String]) -> Result<(), String> {
                 .filter_map(|f| f.split('.').next())
                 .collect();
             groups.dedup();
+            groups.push("tuning");
             Err(format!(
                 "--ignore {bad} names no comparability field; give a group ({}) or a field ({})",
                 groups.join(", "),
@@ -429,6 +433,11 @@ fn comparability(a: &Trace, b: &Trace, ignore: &[String]) -> Vec<Mismatch> {
             mb.run.timestamps.clone(),
         ),
     ];
+    let fields: Vec<(String, String, String)> = fields
+        .into_iter()
+        .map(|(f, a, b)| (f.to_owned(), a, b))
+        .chain(tuning_fields(&ma.run, &mb.run))
+        .collect();
     // A foreign program's capture (`profiler record`) cannot know its knobs or model: a field
     // that is unknown on either side is not compared.
     let unknown = |v: &str| v == crate::trace::UNKNOWN;
@@ -447,13 +456,44 @@ fn comparability(a: &Trace, b: &Trace, ignore: &[String]) -> Vec<Mismatch> {
         .filter(|(f, x, y)| x != y && !unknown(x) && !unknown(y) && compared(f))
         .map(|(field, a, b)| Mismatch {
             ignored: ignore.iter().any(|i| {
-                field == i || (field.starts_with(i.as_str()) && field[i.len()..].starts_with('.'))
+                field == *i || (field.starts_with(i.as_str()) && field[i.len()..].starts_with('.'))
             }),
-            field: field.to_owned(),
+            field,
             a,
             b,
         })
         .collect()
+}
+
+/// The tuning keys (`tuning.KEY`) and the persistent kernel's grid (`tuning.grid.FIELD`) where
+/// both runs recorded them: a key or a grid only one side has is not compared (an older decoder,
+/// or another kernel, which `knobs.kernels` reports).
+fn tuning_fields(
+    a: &crate::trace::RunMeta,
+    b: &crate::trace::RunMeta,
+) -> Vec<(String, String, String)> {
+    let (Some(ta), Some(tb)) = (&a.tuning, &b.tuning) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, String, String)> = ta
+        .keys
+        .iter()
+        .filter_map(|(k, va)| {
+            let vb = tb.keys.get(k)?;
+            Some((format!("tuning.{k}"), va.to_string(), vb.to_string()))
+        })
+        .collect();
+    if let (Some(ga), Some(gb)) = (&ta.persistent_grid, &tb.persistent_grid) {
+        for (f, x, y) in [
+            ("workgroups", ga.workgroups, gb.workgroups),
+            ("invocations", ga.invocations, gb.invocations),
+            ("subgroup_size", ga.subgroup_size, gb.subgroup_size),
+            ("head_groups", ga.head_groups, gb.head_groups),
+        ] {
+            out.push((format!("tuning.grid.{f}"), x.to_string(), y.to_string()));
+        }
+    }
+    out
 }
 
 /// The KV element type; traces written before the field existed kept f32 caches.

@@ -48,7 +48,7 @@ pub const DISPATCH_KINDS: [&str; 9] = [
 /// The built-in rules, tried after a user file's. First match wins, so specific patterns come
 /// before the general ones that would also match them.
 const BUILTIN: &[(&str, &str)] = &[
-    // The decoder's own dispatch labels (decoder/src/exec: program.rs, attention.rs), which the
+    // The decoder's own dispatch labels (decoder/src/exec: program/, attention.rs), which the
     // layer sees as debug-utils labels when it captures the decoder: the kinds its own trace
     // gives them. `profiler::kinds` tests check these against the decoder traces in `traces/`.
     ("embed", "embed"),

@@ -66,8 +66,8 @@ enum Command {
         /// timestamp level (otherwise such differences are only warnings).
         #[arg(long)]
         strict: bool,
-        /// A comparability field (e.g. `knobs.submit`) or group (`knobs`, `device`, `run`,
-        /// `model`) whose difference is expected; repeatable.
+        /// A comparability field (e.g. `knobs.submit`, `tuning.attn_wg`) or group (`knobs`,
+        /// `device`, `run`, `model`, `tuning`) whose difference is expected; repeatable.
         #[arg(long, value_name = "FIELD")]
         ignore: Vec<String>,
         /// Bootstrap resamples per timing.

@@ -269,6 +269,37 @@ pub struct RunMeta {
     pub generated_ids: Vec<u32>,
     #[serde(default)]
     pub generated_text: String,
+    /// The kernels' tuning as the decoder resolved it (absent in traces written before the field
+    /// and in captures of other programs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<TuningMeta>,
+}
+
+/// The tuning a decoder run used (TRACE_FORMAT.md, "`meta.run.tuning`").
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TuningMeta {
+    /// Every tuning key with the value the run used, defaults included, by name.
+    pub keys: std::collections::BTreeMap<String, u32>,
+    /// The keys set by `--tuning` or `DECODESCOPE_TUNING`, as `key=value,...` (empty: none).
+    pub overrides: String,
+    /// The persistent kernel's grid as resolved at run time; absent for the other kernels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistent_grid: Option<PersistentGridMeta>,
+}
+
+/// What the persistent kernel resolved on the device: its grid and its attention's head groups.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct PersistentGridMeta {
+    /// Workgroups of the one dispatch (the residency probe's, or `persistent_groups`).
+    pub workgroups: u32,
+    /// Invocations per workgroup.
+    pub invocations: u32,
+    /// Lanes per subgroup.
+    pub subgroup_size: u32,
+    /// Subgroups per attention unit of a decode step (1, or the query heads per KV head).
+    pub head_groups: u32,
 }
 
 fn one() -> u32 {

@@ -565,3 +565,52 @@ fn chrome_export_escapes_labels_and_rebases_time() {
         .fold(f64::INFINITY, f64::min);
     assert_eq!(min_ts, 0.0, "rebased to the earliest event");
 }
+
+#[test]
+fn diff_lists_the_tuning_that_differs_and_skips_traces_without_it() {
+    let tuning = |head_groups: u32| profiler::trace::TuningMeta {
+        keys: [("attn_wg", 64), ("persistent_head_groups", head_groups)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        overrides: format!("persistent_head_groups={head_groups}"),
+        persistent_grid: Some(profiler::trace::PersistentGridMeta {
+            workgroups: 1,
+            invocations: 64,
+            subgroup_size: 8,
+            head_groups: if head_groups == 2 { 4 } else { 1 },
+        }),
+    };
+    let (mut a, mut b) = (known_trace(), known_trace());
+    a.meta.run.tuning = Some(tuning(1));
+    b.meta.run.tuning = Some(tuning(2));
+    let d = compute_diff(&a, "a", &b, "b", &DiffOptions::default());
+    let fields: Vec<(&str, &str, &str)> = d
+        .comparability
+        .iter()
+        .map(|m| (m.field.as_str(), m.a.as_str(), m.b.as_str()))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("tuning.persistent_head_groups", "1", "2"),
+            ("tuning.grid.head_groups", "1", "4")
+        ]
+    );
+    // --ignore takes the group and a key.
+    let o = DiffOptions {
+        ignore: vec!["tuning".into()],
+        ..DiffOptions::default()
+    };
+    assert!(
+        compute_diff(&a, "a", &b, "b", &o)
+            .comparability
+            .iter()
+            .all(|m| m.ignored)
+    );
+    assert!(profiler::diff::check_ignore(&["tuning.persistent_head_groups".into()]).is_ok());
+    // A trace written before the field: nothing to compare.
+    b.meta.run.tuning = None;
+    let d = compute_diff(&a, "a", &b, "b", &DiffOptions::default());
+    assert!(d.comparability.is_empty(), "{:?}", d.comparability);
+}

@@ -58,6 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Before anything runs: an output that cannot be written would lose the whole capture.
     let outputs = output_paths(args.mode, &args.out)?;
     let kv = args.gpu.kv.config()?;
+    let tuning = args.gpu.tuning.overrides()?;
     let model = load_model(&args.model.model)?;
     let prompt = prompt_ids(&model, &args.prompt)?;
     // The sizes against the model and the host before the prompt is repeated to --context tokens.
@@ -90,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             timestamps: args.gpu.timestamps,
             logits_readback: args.logits,
             kv,
+            tuning,
         };
         eprintln!(
             "capturing {} ({}): {} prompt + {} decode tokens",

@@ -4,6 +4,8 @@ use anyhow::Context as _;
 
 use crate::exec::engine::Timestamps;
 use crate::exec::knobs::{KnobArgs, Knobs, Mode};
+use crate::exec::program::TuningOverrides;
+use crate::exec::program::tuning::tuning_help;
 use crate::kv::{KvConfig, KvDtype, KvKind, PagedAttention};
 use crate::vk::{Gpu, GpuOptions};
 
@@ -102,6 +104,36 @@ pub struct GpuArgs {
     pub knobs: KnobArgs,
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub tuning: TuningArgs,
+}
+
+/// The kernels' tuning (`--tuning`), over the device's defaults.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TuningArgs {
+    /// Tuning overrides, `key=value,...` (e.g. `persistent_head_groups=2`); the flag wins over
+    /// the DECODESCOPE_TUNING environment variable. `--help` lists the keys.
+    #[arg(
+        long = "tuning",
+        value_name = "KEY=VALUE,...",
+        long_help = tuning_help(),
+        value_parser = parse_tuning,
+    )]
+    pub tuning: Option<TuningOverrides>,
+}
+
+fn parse_tuning(spec: &str) -> Result<TuningOverrides, String> {
+    TuningOverrides::parse(spec)
+}
+
+impl TuningArgs {
+    /// The flag's overrides, else those of the DECODESCOPE_TUNING environment variable.
+    pub fn overrides(&self) -> anyhow::Result<TuningOverrides> {
+        match self.tuning {
+            Some(o) => Ok(o),
+            None => TuningOverrides::from_flag_or_env(None).map_err(anyhow::Error::msg),
+        }
+    }
 }
 
 impl GpuArgs {

@@ -146,6 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 kv,
                 logits_readback: args.generation.dump.is_some()
                     || args.generation.temperature > 0.0,
+                tuning: args.gpu.tuning.overrides()?,
             };
             eprintln!("device: {}; {knobs}", gpu.info().name);
             let mut engine =

@@ -54,7 +54,7 @@ pub fn rmsnorm_check(gpu: &Gpu) -> anyhow::Result<f32> {
             pad0: 0,
         };
         let mut spec = [0; crate::vk::SPEC_CONSTANTS];
-        spec[0] = wg;
+        spec[crate::shaders::spec::WG] = wg;
         let launch = Launch {
             shader: Shader::Rmsnorm,
             push: push.bytes(),
@@ -120,6 +120,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_seq: (ids.len() + args.steps + 1) as u32,
             kv: crate::kv::KvConfig::default(),
             logits_readback: true,
+            tuning: crate::exec::program::TuningOverrides::from_flag_or_env(None)
+                .map_err(anyhow::Error::msg)?,
         };
         let mut engine = Engine::new(&gpu, &model.config, &model.weights, eo)?;
         let got = generate(&mut engine, &model.tokenizer, &ids, &opts, &mut |_| {})?;

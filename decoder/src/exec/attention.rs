@@ -3,8 +3,8 @@
 //! kernels (primitive scores + softmax + weighted sum for decode, split-K + merge for fused
 //! decode, the tiled prompt attention for prompt chunks).
 //!
-//! Every kernel that touches a cache takes the layout as specialization constants 4..=7
-//! ([`KvGeometry::spec`]) and binds the block tables, so one lowering serves the contiguous,
+//! Every kernel that touches a cache takes the layout as the specialization constants of
+//! `kv.glsl` ([`KvGeometry::spec`]) and binds the block tables, so one lowering serves the contiguous,
 //! paged and rotating layouts. With `--paged-attention gather`, attention first copies the
 //! positions it attends into a contiguous scratch ([`Buf::KScratch`], [`Buf::VScratch`]) with the
 //! `kv_gather` kernel (its own op label, with its bytes) and then reads the scratch as a
@@ -16,13 +16,14 @@ use super::kernels::*;
 use super::program::{Buf, F32, Grid, Lower, Range, Region, StepKind, r, read, rw, spec, write};
 use crate::kv::KvGeometry;
 use crate::shaders::Shader;
+use crate::shaders::spec as id;
 
 impl Lower<'_> {
-    /// Specialization constants: `base` at ids 0.., the layout of `geo` at ids 4..=7.
-    fn kv_spec(geo: &KvGeometry, base: &[u32]) -> [u32; crate::vk::SPEC_CONSTANTS] {
-        let mut sp = spec(base);
-        sp[4..8].copy_from_slice(&geo.spec());
-        sp
+    /// Specialization constants: `base` by id, and the layout of `geo` (`kv.glsl`).
+    fn kv_spec(geo: &KvGeometry, base: &[(usize, u32)]) -> [u32; crate::vk::SPEC_CONSTANTS] {
+        let mut pairs = base.to_vec();
+        pairs.extend(geo.spec());
+        spec(&pairs)
     }
 
     fn kv_table(&self) -> Range {
@@ -78,7 +79,7 @@ impl Lower<'_> {
         }
         .bytes();
         let groups_z = if whole_step { 1 } else { self.n };
-        let sp = Self::kv_spec(&self.kv.geo, &[64, whole_step as u32]);
+        let sp = Self::kv_spec(&self.kv.geo, &[(id::WG, 64), (id::MODE, whole_step as u32)]);
         self.dispatch(
             format!("L{l}.kv_gather"),
             "kv",
@@ -116,7 +117,7 @@ impl Lower<'_> {
                 ..Default::default()
             }
             .bytes();
-            let sp = Self::kv_spec(&self.kv.geo, &[self.t.wg]);
+            let sp = Self::kv_spec(&self.kv.geo, &[(id::WG, self.t.wg)]);
             self.dispatch(
                 format!("L{l}.{name}"),
                 "kv",
@@ -168,13 +169,19 @@ impl Lower<'_> {
         let (shader, sp, grid) = if self.t.prefill_rows {
             (
                 Shader::AttnPrefillRows,
-                Self::kv_spec(&geo, &[64]),
+                Self::kv_spec(&geo, &[(id::WG, 64)]),
                 Grid::Fixed([(self.n * s.heads).div_ceil(64), 1, 1]),
             )
         } else {
             (
                 Shader::AttnPrefill,
-                Self::kv_spec(&geo, &[self.t.attn_wg.max(64), self.t.prefill_max_r]),
+                Self::kv_spec(
+                    &geo,
+                    &[
+                        (id::WG, self.t.attn_wg.max(64)),
+                        (id::R_SPEC, self.t.prefill_max_r),
+                    ],
+                ),
                 Grid::Fixed([tiles, s.kv_heads, 1]),
             )
         };
@@ -242,7 +249,7 @@ impl Lower<'_> {
             "attention",
             Region::Attn(l),
             Shader::AttnScores,
-            Self::kv_spec(&geo, &[wg]),
+            Self::kv_spec(&geo, &[(id::WG, wg)]),
             push,
             grid,
             binds,
@@ -269,7 +276,7 @@ impl Lower<'_> {
             "attention",
             Region::Attn(l),
             Shader::Softmax,
-            spec(&[wg]),
+            spec(&[(id::WG, wg)]),
             push,
             Grid::Fixed([s.heads, n, 1]),
             binds,
@@ -302,7 +309,7 @@ impl Lower<'_> {
             "attention",
             Region::Attn(l),
             Shader::AttnWsum,
-            Self::kv_spec(&geo, &[wg]),
+            Self::kv_spec(&geo, &[(id::WG, wg)]),
             push,
             Grid::Fixed([hd.div_ceil(wg), s.heads, n]),
             binds,
@@ -355,7 +362,10 @@ impl Lower<'_> {
         .bytes();
         let sp = Self::kv_spec(
             &self.kv.geo,
-            &[hd.next_power_of_two().clamp(32, 128) / 2, s.qk_norm as u32],
+            &[
+                (id::WG, hd.next_power_of_two().clamp(32, 128) / 2),
+                (id::QK_NORM, s.qk_norm as u32),
+            ],
         );
         self.dispatch(
             format!("L{l}.qk_norm_rope_kv"),
@@ -413,13 +423,22 @@ impl Lower<'_> {
             let wg = (4 * sg).max(64);
             let sp = Self::kv_spec(
                 &geo,
-                &[wg, self.t.attn_kcoop, sg, self.t.attn_unroll.min(sg)],
+                &[
+                    (id::WG, wg),
+                    (id::KCOOP, self.t.attn_kcoop),
+                    (id::SG, sg),
+                    (id::UNROLL, self.t.attn_unroll.min(sg)),
+                ],
             );
             (Shader::AttnSplitSg, sp, splits.div_ceil(wg / sg))
         } else {
             let sp = Self::kv_spec(
                 &geo,
-                &[self.t.attn_wg, self.t.attn_tile, self.t.attn_prefetch],
+                &[
+                    (id::WG, self.t.attn_wg),
+                    (id::TILE, self.t.attn_tile),
+                    (id::PREFETCH, self.t.attn_prefetch),
+                ],
             );
             (Shader::AttnSplit, sp, splits)
         };
@@ -445,7 +464,7 @@ impl Lower<'_> {
         }
         .bytes();
         // (dimension, lane) pairs: four or more lanes per dimension for head_dim <= 128.
-        let sp = spec(&[(4 * hd).next_power_of_two().clamp(64, 512)]);
+        let sp = spec(&[(id::WG, (4 * hd).next_power_of_two().clamp(64, 512))]);
         self.dispatch(
             format!("L{l}.attn_merge"),
             "attention",

@@ -17,7 +17,7 @@ use profiler::trace::{ClockMeta, GpuSpan, OpInfo};
 
 use super::kernels::{RowParams, prompt_rows};
 use super::knobs::Knobs;
-use super::program::{Buf, KvPlan, Shape, Step, StepKind, Tuning};
+use super::program::{Buf, KvPlan, Shape, Step, StepKind, Tuning, TuningOverrides};
 use super::spans::SpanLog;
 use crate::generate::{Backend, BatchBackend, SeqStep, StepOutput};
 use crate::host_span;
@@ -62,6 +62,8 @@ pub struct EngineOptions {
     /// Read the logits back every step even where the kernels pick the token on the GPU (for
     /// `--dump` and the correctness tests; adds a copy and `4 * vocab` bytes per token).
     pub logits_readback: bool,
+    /// Tuning keys set on the command line (`--tuning`), over the device's defaults.
+    pub tuning: TuningOverrides,
 }
 
 /// A GPU timestamp span of a prepared program: an op, the steps it covers, and the queries of
@@ -237,10 +239,7 @@ impl Engine {
             info.subgroup_size,
             info.subgroup_arithmetic && info.subgroup_shuffle,
         );
-        let tuning = match std::env::var("DECODESCOPE_TUNING") {
-            Ok(spec) => tuning.with_overrides(&spec).map_err(anyhow::Error::msg)?,
-            Err(_) => tuning,
-        };
+        let tuning = tuning.with(&opts.tuning);
         let mut rec = Recorder::new(gpu)?;
         let fence = rec.new_fence()?;
         let fence_alt = rec.new_fence()?;

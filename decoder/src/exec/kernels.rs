@@ -8,7 +8,8 @@
 //! - per-step values (first position, token count, KV length) come from the `TokenParams` buffer
 //!   (`shaders/common.glsl`), never from push constants, so a recorded command buffer can be
 //!   replayed for every token;
-//! - specialization constant 0 is the workgroup size `WG`; more constants are listed per kernel.
+//! - specialization constants are set by name (`crate::shaders::spec`, generated from the shaders'
+//!   declarations); `WG` (id 0) is the workgroup size; more constants are listed per kernel.
 //! - KV caches are f32 `[max_seq, kv_heads, head_dim]` per layer (a descriptor range of one
 //!   buffer); RoPE uses a host-computed table `[max_seq, head_dim / 2, 2]` of (cos, sin).
 
@@ -148,8 +149,8 @@ push_block! {
 push_block! {
     /// `matvec_fused.comp` (fused decode, one token): `y = W · f(x)` with optional folded RMSNorm
     /// and epilogues chosen by specialization constants:
-    /// - spec 1 `ROWS`: rows per workgroup; spec 2 `NORM` (0/1): `f(x) = x * rsqrt(mean(x^2) +
-    ///   eps) * norm_w`, else `f(x) = x`; spec 3 `EPILOGUE`: 0 store `y[r] = acc`, 1 residual
+    /// - `ROWS`: rows per workgroup; `NORM` (0/1): `f(x) = x * rsqrt(mean(x^2) +
+    ///   eps) * norm_w`, else `f(x) = x`; `EPILOGUE`: 0 store `y[r] = acc`, 1 residual
     ///   `y[r] += acc`, 2 SwiGLU over stacked [gate; up] rows: `y[r] = silu(acc_r) * acc_{r+rows}`
     ///   for r < rows (the weight has 2 * rows rows).
     /// - Uses wide (4 x f16) weight loads and subgroup reductions.
@@ -503,7 +504,7 @@ pub fn add_cpu(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// The epilogue of `matvec_fused.comp` (its specialization constant 3).
+/// The epilogue of `matvec_fused.comp` (its specialization constant `EPILOGUE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Epilogue {
     /// `y[r] = acc_r`.
@@ -515,7 +516,7 @@ pub enum Epilogue {
 }
 
 impl Epilogue {
-    /// The value of specialization constant 3.
+    /// The value of specialization constant `EPILOGUE`.
     pub fn spec(self) -> u32 {
         match self {
             Epilogue::Store => 0,

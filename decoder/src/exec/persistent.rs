@@ -15,6 +15,7 @@ use super::program::{
     write,
 };
 use crate::shaders::Shader;
+use crate::shaders::spec as id;
 
 /// Phases per layer (A, C, MO, UD of `shaders/persistent.glsl`), each ending at a hand-off: a
 /// grid barrier, or tagged words its successor polls.
@@ -437,34 +438,35 @@ impl Lower<'_> {
     pub(super) fn persistent_spec(&self) -> [u32; crate::vk::SPEC_CONSTANTS] {
         let s = *self.s;
         let t = self.t;
-        let mut sp = spec(&[
-            t.persistent_wg,
-            t.subgroup,
-            s.qk_norm as u32,
-            s.heads / s.kv_heads.max(1),
-        ]);
-        sp[4..8].copy_from_slice(&self.kv.geo.spec());
-        sp[8] = staging_vec4s(&s, t);
-        sp[9] = vec4s_per_lane(&s, t.subgroup);
-        sp[10] = k_row_chunks(&s, self.kv.geo.dtype.bytes() as u32);
-        sp[11..23].copy_from_slice(&[
-            s.hidden,
-            s.heads,
-            s.kv_heads,
-            s.head_dim,
-            s.intermediate,
-            s.vocab,
-            s.layers,
-            s.eps.to_bits(),
-            t.persistent_groups.max(1),
-            max_splits(&s, t.subgroup),
-            t.persistent_splits,
-            self.n,
-        ]);
-        sp[23] = t.persistent_kv_stage;
-        sp[24] = head_groups(&s, t, self.n);
-        sp[25] = t.persistent_res_copies.clamp(1, MAX_RESIDUAL_COPIES);
-        sp
+        let mut pairs = vec![
+            (id::WG, t.persistent_wg),
+            (id::SG, t.subgroup),
+            (id::QK_NORM, s.qk_norm as u32),
+            (id::GQ, s.heads / s.kv_heads.max(1)),
+            (id::XS, staging_vec4s(&s, t)),
+            (id::VPL, vec4s_per_lane(&s, t.subgroup)),
+            (id::KC, k_row_chunks(&s, self.kv.geo.dtype.bytes() as u32)),
+            (id::HIDDEN, s.hidden),
+            (id::HEADS, s.heads),
+            (id::KV_HEADS, s.kv_heads),
+            (id::HEAD_DIM, s.head_dim),
+            (id::INTER, s.intermediate),
+            (id::VOCAB, s.vocab),
+            (id::LAYERS, s.layers),
+            (id::EPS, s.eps.to_bits()),
+            (id::GRID, t.persistent_groups.max(1)),
+            (id::MAX_SPLITS, max_splits(&s, t.subgroup)),
+            (id::SPLIT_WANT, t.persistent_splits),
+            (id::ROWS, self.n),
+            (id::KV_STAGE, t.persistent_kv_stage),
+            (id::GS, head_groups(&s, t, self.n)),
+            (
+                id::RC,
+                t.persistent_res_copies.clamp(1, MAX_RESIDUAL_COPIES),
+            ),
+        ];
+        pairs.extend(self.kv.geo.spec());
+        spec(&pairs)
     }
 
     /// A decode step as one dispatch. Its facts are the sums of the fused lowering's steps (the

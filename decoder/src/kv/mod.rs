@@ -287,19 +287,20 @@ impl KvGeometry {
         }
     }
 
-    /// Specialization constants 4..=7 of every kernel that addresses the cache: layout (0
-    /// contiguous, 1 paged, 2 rotating), unit, table stride, f16.
-    pub fn spec(&self) -> [u32; 4] {
+    /// The specialization constants of every kernel that addresses the cache (`kv.glsl`), by id:
+    /// layout (0 contiguous, 1 paged, 2 rotating), unit, table stride, f16.
+    pub fn spec(&self) -> [(usize, u32); 4] {
         let layout = match self.kind {
             KvKind::Contiguous => 0,
             KvKind::Paged => 1,
             KvKind::Rotating => 2,
         };
+        use crate::shaders::spec as id;
         [
-            layout,
-            self.unit,
-            self.table_stride,
-            (self.dtype == KvDtype::F16) as u32,
+            (id::KV_LAYOUT, layout),
+            (id::KV_UNIT, self.unit),
+            (id::KV_TABLE_STRIDE, self.table_stride),
+            (id::KV_F16, (self.dtype == KvDtype::F16) as u32),
         ]
     }
 

@@ -8,8 +8,9 @@ use super::context::{Gpu, Shared};
 use super::error::{VkError, VkResult, call};
 use crate::shaders::Shader;
 
-/// Number of specialization constants a pipeline description carries (constant ids 0..N).
-pub const SPEC_CONSTANTS: usize = 26;
+/// Number of specialization constants a pipeline description carries (constant ids 0..N): one
+/// more than the largest id the shaders declare (`crate::shaders::spec`).
+pub const SPEC_CONSTANTS: usize = crate::shaders::spec::COUNT;
 
 /// A compute pipeline's description. `Copy + Hash + Eq`, so it is the pipeline cache key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -17,11 +17,14 @@ pub fn launch(
     shader: Shader,
     push: Vec<u8>,
     groups: [u32; 3],
-    spec: &[u32],
+    spec: &[(usize, u32)],
     bindings: &[Binding],
 ) -> Vec<Option<Vec<u8>>> {
+    // Specialization constants by id (`decoder::shaders::spec::NAME`), the others 0.
     let mut s = [0u32; SPEC_CONSTANTS];
-    s[..spec.len()].copy_from_slice(spec);
+    for &(id, v) in spec {
+        s[id] = v;
+    }
     let launch = Launch {
         shader,
         push,
@@ -367,13 +370,11 @@ impl KvLayout {
         (0..self.lens.len()).any(|s| self.held(s).start > 0)
     }
 
-    /// Specialization constants: `base` at ids 0.., the layout at ids 4..=7.
-    pub fn spec(&self, base: &[u32]) -> Vec<u32> {
-        assert!(base.len() <= 4, "ids 4..=7 are the layout's");
-        let mut s = base.to_vec();
-        s.resize(4, 0);
-        s.extend_from_slice(&self.geo.spec());
-        s
+    /// Specialization constants: `base` by id (`decoder::shaders::spec`), and the layout.
+    pub fn spec(&self, base: &[(usize, u32)]) -> Vec<(usize, u32)> {
+        let mut pairs = base.to_vec();
+        pairs.extend(self.geo.spec());
+        pairs
     }
 
     /// The block-table binding.
