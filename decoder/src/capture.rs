@@ -255,7 +255,6 @@ pub fn trace_meta(
     }
 }
 
-
 /// The tuning `engine` resolved (every key, defaults included) and the persistent kernel's grid,
 /// for `meta.run.tuning`; `overrides` are the keys the command line set.
 pub fn tuning_meta(engine: &Engine, overrides: &TuningOverrides) -> TuningMeta {
