@@ -10,8 +10,8 @@
 # Uses $DECODER, $PROFILER (default .device-bin/decoder, .device-bin/profiler; the layer beside
 # the profiler). Writes OUT_DIR/long-runs.md and .json: per run the decode tokens, the wall time,
 # the peak RSS of the whole (the process and every child it waited for, from getrusage), the
-# profiler's own peak (VmHWM, sampled while it runs) and the trace's size; and `profiler stats`
-# of the long capture.
+# profiler's own peak (VmHWM, sampled while it runs) and the trace's size; `profiler stats` of the
+# long capture, and how long it and `profiler diff` of the two long traces take.
 set -euo pipefail
 out=${1:?usage: $0 OUT_DIR}
 short=${SHORT:-2000}
@@ -60,7 +60,14 @@ for what in ("capture", "record"):
         res.update({"run": what, "decode_tokens": n, "trace_bytes": os.path.getsize(trace)})
         rows.append(res)
         print(json.dumps(res), flush=True)
+import time
+t = time.time()
 stats = subprocess.run([profiler, "stats", f"{work}/capture-{long}.json"], capture_output=True, text=True)
+stats_s = time.time() - t
+t = time.time()
+diff = subprocess.run([profiler, "diff", f"{work}/capture-{long}.json", f"{work}/record-{long}.json"],
+                      capture_output=True, text=True)
+diff_s = time.time() - t
 md = ["| run | decode tokens | wall s | peak RSS, whole (MiB) | profiler's own peak (MiB) | trace (MB) |",
       "|---|---:|---:|---:|---:|---:|"]
 for r in rows:
@@ -69,6 +76,8 @@ for r in rows:
 for what in ("capture", "record"):
     a, b = [r for r in rows if r["run"] == what]
     md.append(f"\n{what}: the long run's peak is {b['whole_kib'] / a['whole_kib']:.2f}x the short one's")
+md.append(f"\n`profiler stats` of the long capture: {stats_s:.2f} s (exit {stats.returncode}); "
+          f"`profiler diff` of the long capture and the long record: {diff_s:.2f} s (exit {diff.returncode})")
 open(f"{out}/long-runs.md", "w").write("\n".join(md) + "\n\n`profiler stats` of the long capture:\n\n```\n" + stats.stdout + "```\n")
 json.dump(rows, open(f"{out}/long-runs.json", "w"), indent=1)
 print("\n".join(md))
