@@ -1,7 +1,13 @@
 //! Compiles every `shaders/*.comp` (with `#include`s of shared `shaders/*.glsl`) to SPIR-V 1.5 for
-//! Vulkan 1.2 using shaderc, and generates `shaders.rs` in `OUT_DIR`: an `enum Shader` with one
-//! variant per file and its SPIR-V embedded with `include_bytes!`. A shader error fails the build
-//! with the shader's file and line, as glslang reports them.
+//! Vulkan 1.2, and generates `shaders.rs` in `OUT_DIR`: an `enum Shader` with one variant per file
+//! and its SPIR-V embedded with `include_bytes!`. A shader error fails the build with the shader's
+//! file and line, as glslang reports them.
+//!
+//! The compiler is the system's `glslc` (`$GLSLC`, else `glslc` on `PATH`: the `glslc` package of
+//! Debian and Ubuntu, or the Vulkan SDK); with the `shaderc-from-source` feature it is the
+//! `shaderc` crate, which builds shaderc from source (about ten minutes on two cores). Both run
+//! glslang with the same options: Vulkan 1.2, SPIR-V 1.5, optimized for performance, with debug
+//! information.
 //!
 //! It also reads every `layout(constant_id = N) const TYPE NAME` of `shaders/` and generates
 //! `pub mod spec` with `pub const NAME: usize = N;`, the ids the Rust side sets constants by. One
@@ -34,7 +40,7 @@ fn main() {
     // Before compiling: a disagreement is reported with the constants' names and files.
     let spec_code = spec_module(&shader_dir, &entries);
 
-    let compiler = shaderc::Compiler::new().unwrap_or_else(|e| fail(&format!("shaderc: {e}")));
+    let compiler = compiler::Compiler::new(&shader_dir).unwrap_or_else(|e| fail(&e));
     let mut failures = Vec::new();
     let mut shaders = Vec::new();
     for path in entries
@@ -46,43 +52,15 @@ fn main() {
             .and_then(|s| s.to_str())
             .unwrap_or_default()
             .to_string();
-        let display = format!("shaders/{stem}.comp");
-        let source = match std::fs::read_to_string(path) {
-            Ok(s) => s,
-            Err(e) => fail(&format!("cannot read {display}: {e}")),
-        };
-        let mut options =
-            shaderc::CompileOptions::new().unwrap_or_else(|e| fail(&format!("shaderc: {e}")));
-        options.set_target_env(
-            shaderc::TargetEnv::Vulkan,
-            shaderc::EnvVersion::Vulkan1_2 as u32,
-        );
-        options.set_target_spirv(shaderc::SpirvVersion::V1_5);
-        options.set_source_language(shaderc::SourceLanguage::GLSL);
-        options.set_optimization_level(shaderc::OptimizationLevel::Performance);
-        options.set_generate_debug_info();
-        let dir = shader_dir.clone();
-        options.set_include_callback(move |name, _ty, _from, _depth| include(&dir, name));
-        match compiler.compile_into_spirv(
-            &source,
-            shaderc::ShaderKind::Compute,
-            &display,
-            "main",
-            Some(&options),
-        ) {
-            Ok(artifact) => {
-                if artifact.get_num_warnings() > 0 {
-                    for line in artifact.get_warning_messages().lines() {
-                        println!("cargo:warning={line}");
-                    }
-                }
-                let spv = out_dir.join(format!("{stem}.spv"));
-                if let Err(e) = std::fs::write(&spv, artifact.as_binary_u8()) {
-                    fail(&format!("cannot write {}: {e}", spv.display()));
+        let spv = out_dir.join(format!("{stem}.spv"));
+        match compiler.compile(&stem, &spv) {
+            Ok(warnings) => {
+                for line in warnings.lines().filter(|l| !l.trim().is_empty()) {
+                    println!("cargo:warning={line}");
                 }
                 shaders.push(stem);
             }
-            Err(e) => failures.push(e.to_string()),
+            Err(e) => failures.push(e),
         }
     }
     if !failures.is_empty() {
@@ -280,17 +258,6 @@ fn spec_module(dir: &Path, entries: &[PathBuf]) -> String {
     code
 }
 
-fn include(dir: &Path, name: &str) -> Result<shaderc::ResolvedInclude, String> {
-    let path = dir.join(name);
-    match std::fs::read_to_string(&path) {
-        Ok(content) => Ok(shaderc::ResolvedInclude {
-            resolved_name: format!("shaders/{name}"),
-            content,
-        }),
-        Err(e) => Err(format!("cannot include shaders/{name}: {e}")),
-    }
-}
-
 fn camel(stem: &str) -> String {
     stem.split('_')
         .map(|w| {
@@ -306,4 +273,133 @@ fn camel(stem: &str) -> String {
 fn fail(msg: &str) -> ! {
     eprintln!("{msg}");
     std::process::exit(1)
+}
+
+#[cfg(not(feature = "shaderc-from-source"))]
+mod compiler {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    /// The system's `glslc`, run from the repository's root so that its messages name
+    /// `shaders/NAME.comp`.
+    pub struct Compiler {
+        glslc: PathBuf,
+        root: PathBuf,
+    }
+
+    impl Compiler {
+        pub fn new(shader_dir: &Path) -> Result<Compiler, String> {
+            println!("cargo:rerun-if-env-changed=GLSLC");
+            let glslc = match std::env::var_os("GLSLC") {
+                Some(p) => PathBuf::from(p),
+                None => std::env::var_os("PATH")
+                    .into_iter()
+                    .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+                    .map(|d| d.join("glslc"))
+                    .find(|p| p.is_file())
+                    .ok_or_else(|| {
+                        "no glslc to compile the shaders: install it (apt-get install glslc, or \
+                         the Vulkan SDK; scripts/setup.sh does), point GLSLC at it, or build \
+                         with `--features shaderc-from-source` to compile shaderc from source \
+                         (about ten minutes)"
+                            .to_string()
+                    })?,
+            };
+            let root = shader_dir
+                .parent()
+                .map(Path::to_path_buf)
+                .ok_or_else(|| format!("{} has no parent folder", shader_dir.display()))?;
+            Ok(Compiler { glslc, root })
+        }
+
+        /// Compiles `shaders/STEM.comp` into `spv`; its warnings, or its errors.
+        pub fn compile(&self, stem: &str, spv: &Path) -> Result<String, String> {
+            let out = Command::new(&self.glslc)
+                .current_dir(&self.root)
+                .args([
+                    "-fshader-stage=compute",
+                    "--target-env=vulkan1.2",
+                    "--target-spv=spv1.5",
+                    "-O",
+                    "-g",
+                    "-I",
+                    "shaders",
+                    "-o",
+                ])
+                .arg(spv)
+                .arg(format!("shaders/{stem}.comp"))
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", self.glslc.display()))?;
+            let messages = String::from_utf8_lossy(&out.stderr).into_owned();
+            if out.status.success() {
+                Ok(messages)
+            } else {
+                Err(messages)
+            }
+        }
+    }
+}
+
+#[cfg(feature = "shaderc-from-source")]
+mod compiler {
+    use std::path::{Path, PathBuf};
+
+    /// The `shaderc` crate, built from source.
+    pub struct Compiler {
+        shaderc: shaderc::Compiler,
+        dir: PathBuf,
+    }
+
+    impl Compiler {
+        pub fn new(shader_dir: &Path) -> Result<Compiler, String> {
+            let shaderc = shaderc::Compiler::new().map_err(|e| format!("shaderc: {e}"))?;
+            Ok(Compiler {
+                shaderc,
+                dir: shader_dir.to_path_buf(),
+            })
+        }
+
+        /// Compiles `shaders/STEM.comp` into `spv`; its warnings, or its errors.
+        pub fn compile(&self, stem: &str, spv: &Path) -> Result<String, String> {
+            let display = format!("shaders/{stem}.comp");
+            let source = std::fs::read_to_string(self.dir.join(format!("{stem}.comp")))
+                .map_err(|e| format!("cannot read {display}: {e}"))?;
+            let mut options =
+                shaderc::CompileOptions::new().map_err(|e| format!("shaderc: {e}"))?;
+            options.set_target_env(
+                shaderc::TargetEnv::Vulkan,
+                shaderc::EnvVersion::Vulkan1_2 as u32,
+            );
+            options.set_target_spirv(shaderc::SpirvVersion::V1_5);
+            options.set_source_language(shaderc::SourceLanguage::GLSL);
+            options.set_optimization_level(shaderc::OptimizationLevel::Performance);
+            options.set_generate_debug_info();
+            let dir = self.dir.clone();
+            options.set_include_callback(move |name, _ty, _from, _depth| include(&dir, name));
+            let artifact = self
+                .shaderc
+                .compile_into_spirv(
+                    &source,
+                    shaderc::ShaderKind::Compute,
+                    &display,
+                    "main",
+                    Some(&options),
+                )
+                .map_err(|e| e.to_string())?;
+            std::fs::write(spv, artifact.as_binary_u8())
+                .map_err(|e| format!("cannot write {}: {e}", spv.display()))?;
+            Ok(artifact.get_warning_messages())
+        }
+    }
+
+    fn include(dir: &Path, name: &str) -> Result<shaderc::ResolvedInclude, String> {
+        let path = dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(content) => Ok(shaderc::ResolvedInclude {
+                resolved_name: format!("shaders/{name}"),
+                content,
+            }),
+            Err(e) => Err(format!("cannot include shaders/{name}: {e}")),
+        }
+    }
 }

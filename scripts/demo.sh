@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 source scripts/env.sh
-echo "building (the first build compiles shaderc from source: about 10 minutes on 2 cores)"
+echo "building (the first build takes a few minutes on 2 cores)"
 cargo build -p decoder -p profiler -p decodescope-layer --quiet  # the layer: for `profiler record`
 "$DECODER" devices
 out=results/demo

