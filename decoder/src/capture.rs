@@ -297,7 +297,8 @@ pub struct Summary {
     pub tokens_per_s: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the mean of the middle two for an even count; 0 when empty).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
     }

@@ -2,19 +2,6 @@
 
 use super::*;
 
-pub(super) fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
-
 /// GPU time per step of the spans `pick` selects in the dispatch-level breakdown `records`: their
 /// median share of a step's GPU time (the union of its spans) times the timed steps' GPU time
 /// `gpu_us`. Dispatch-level timestamps lengthen a step, and a step's spans can be far off as a
