@@ -781,7 +781,12 @@ mod tests {
         // without a calibration the fence fallback puts the span's end at the wait's return.
         let mut gs = vec![group(0, 1, 9, vec![])];
         for i in 1..4 {
-            gs.push(group(i, 2, 3, vec![RawGpuSpan(i, 0, 7, 0, 50_000, 50_010)]));
+            gs.push(group(
+                i,
+                2,
+                3,
+                vec![RawGpuSpan(i, 0, 7, 0, 50_000, 50_010, 1)],
+            ));
         }
         let run = ProgramRun {
             program: "prog".into(),
@@ -818,10 +823,10 @@ mod tests {
         for i in 1..5 {
             let mut spans = Vec::new();
             if i > 1 {
-                spans.push(RawGpuSpan(i - 1, 0, 7, 0, 50_000, 50_010));
+                spans.push(RawGpuSpan(i - 1, 0, 7, 0, 50_000, 50_010, 1));
             }
             if i == 4 {
-                spans.push(RawGpuSpan(4, 0, 7, 0, 60_000, 60_010));
+                spans.push(RawGpuSpan(4, 0, 7, 0, 60_000, 60_010, 1));
             }
             gs.push(group(i, 2, 3, spans));
         }

@@ -42,6 +42,8 @@ pub enum Args {
     Name { name: String },
     /// A process or thread sort order.
     Sort { sort_index: u32 },
+    /// A GPU span shared by `shared` concurrent dispatches (the trace's `GpuSpan::shared`).
+    Shared { shared: u32 },
     /// What a `token` host span stands for.
     Step {
         step: usize,
@@ -191,6 +193,9 @@ fn step_events(trace: &Trace, i: usize, layout: &Layout, flow_id: &mut u64) -> V
         e.cat = Some(info.kind.clone());
         e.ts = Some(layout.ts(g.start_ns()));
         e.dur = Some(us(g.dur_ns()));
+        if g.shared() > 1 {
+            e.args = Some(Args::Shared { shared: g.shared() });
+        }
         events.push(e);
         let k = g.submit() as usize;
         let region = crate::stats::is_region_kind(&info.kind);

@@ -638,7 +638,7 @@ pub(crate) fn op_rows(
             };
             let row = op_row[s.op() as usize];
             count[row] += 1;
-            ns[row][t] = ns[row][t].saturating_add(s.dur_ns());
+            ns[row][t] = ns[row][t].saturating_add(s.share_ns());
             bytes[row][t] = bytes[row][t].saturating_add(bytes_at(info, kv));
         }
     }
@@ -721,6 +721,39 @@ pub(crate) fn untimed(trace: &Trace, decode: &PhaseSamples) -> Option<Untimed> {
     })
 }
 
+/// A note on dispatch spans shared by concurrent dispatches (`GpuSpan::shared`) in the analysed
+/// decode steps: how many per step, and how the op table counts them.
+fn shared_note(trace: &Trace, steps: &[usize]) -> Option<String> {
+    let mut shared = Vec::with_capacity(steps.len());
+    let mut all = Vec::with_capacity(steps.len());
+    for &i in steps {
+        let spans = &trace.tokens.get(i)?.gpu_spans;
+        let dispatch = |s: &&GpuSpan| {
+            trace
+                .ops
+                .get(s.op() as usize)
+                .is_some_and(|o| !is_region_kind(&o.kind))
+        };
+        all.push(spans.iter().filter(dispatch).count() as f64);
+        shared.push(
+            spans
+                .iter()
+                .filter(dispatch)
+                .filter(|s| s.shared() > 1)
+                .count() as f64,
+        );
+    }
+    let median_shared = Summary::of(&shared).median;
+    if shared.iter().all(|&n| n == 0.0) {
+        return None;
+    }
+    Some(format!(
+        "{} of {} dispatch spans per decode token (median) are shared by dispatches that ran          concurrently (no barrier between them): each has the interval they ran in, and the op          table counts each for an equal share of it",
+        crate::report::fmt_value(median_shared),
+        crate::report::fmt_value(Summary::of(&all).median),
+    ))
+}
+
 /// A note on a foreign trace's dispatch labels that no op-kind rule matched (they keep kind
 /// `dispatch` and have a row of their own in the per-kind table).
 fn unclassified_note(trace: &Trace, ops: &[OpRow]) -> Option<String> {
@@ -799,6 +832,9 @@ pub fn compute_stats(trace: &Trace, source: &str, opts: &StatsOptions) -> TraceS
     if let Some(n) = unclassified_note(trace, &ops) {
         notes.push(n);
     }
+    if let Some(n) = shared_note(trace, &decode.steps) {
+        notes.push(n);
+    }
     TraceStats {
         capture: CaptureInfo::of(trace, source),
         skip_requested: opts.skip,
@@ -854,9 +890,9 @@ mod tests {
     #[test]
     fn union_merges_overlaps() {
         let s = [
-            GpuSpan(0, 0, 10, 0, 0),
-            GpuSpan(0, 5, 10, 0, 0),
-            GpuSpan(0, 20, 5, 0, 0),
+            GpuSpan(0, 0, 10, 0, 0, 1),
+            GpuSpan(0, 5, 10, 0, 0, 1),
+            GpuSpan(0, 20, 5, 0, 0, 1),
         ];
         assert_eq!(union_ns(&s), 20);
     }
@@ -868,11 +904,17 @@ mod tests {
             ..Default::default()
         };
         let tokens = [
-            step(vec![GpuSpan(0, 100, 50, 0, 0), GpuSpan(1, 160, 40, 0, 0)]),
-            step(vec![GpuSpan(0, 230, 10, 0, 0), GpuSpan(1, 215, 5, 0, 0)]),
-            step(vec![GpuSpan(0, 235, 10, 0, 0)]),
+            step(vec![
+                GpuSpan(0, 100, 50, 0, 0, 1),
+                GpuSpan(1, 160, 40, 0, 0, 1),
+            ]),
+            step(vec![
+                GpuSpan(0, 230, 10, 0, 0, 1),
+                GpuSpan(1, 215, 5, 0, 0, 1),
+            ]),
+            step(vec![GpuSpan(0, 235, 10, 0, 0, 1)]),
             step(vec![]),
-            step(vec![GpuSpan(0, 400, 10, 0, 0)]),
+            step(vec![GpuSpan(0, 400, 10, 0, 0, 1)]),
         ];
         // 200 -> 215; overlapping spans give 0; no spans on either side gives none.
         assert_eq!(gpu_gap_ns(&tokens, 0), None);

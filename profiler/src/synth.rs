@@ -429,7 +429,7 @@ pub fn synthetic_trace(opts: &SynthOptions) -> Trace {
                 let base = (bytes / BANDWIDTH_GBPS + overhead) * work_scale * opts.gpu_scale;
                 let dur = jitter(&mut rng, base, 0.04);
                 if opts.timestamps == SynthTimestamps::Dispatch {
-                    gpu.push(GpuSpan(s.op, g, dur, s.queue, submit_index));
+                    gpu.push(GpuSpan(s.op, g, dur, s.queue, submit_index, 1));
                 }
                 if let Some(l) = s.layer {
                     match layer_regions.last_mut() {
@@ -494,13 +494,20 @@ pub fn synthetic_trace(opts: &SynthOptions) -> Trace {
         match opts.timestamps {
             SynthTimestamps::Off => {}
             SynthTimestamps::Token => {
-                gpu.push(GpuSpan(token_op, gpu_start, last_gpu_end - gpu_start, 0, 0));
+                gpu.push(GpuSpan(
+                    token_op,
+                    gpu_start,
+                    last_gpu_end - gpu_start,
+                    0,
+                    0,
+                    1,
+                ));
                 counters.timestamp_writes += 2;
             }
             SynthTimestamps::Region => {
                 for (r, s, e) in &layer_regions {
                     let op = region_ops[(r / 2) as usize][(r % 2) as usize];
-                    gpu.push(GpuSpan(op, *s, e - s, 0, 0));
+                    gpu.push(GpuSpan(op, *s, e - s, 0, 0, 1));
                     counters.timestamp_writes += 2;
                 }
                 let head_start = layer_regions.last().map_or(gpu_start, |r| r.2);
@@ -510,12 +517,20 @@ pub fn synthetic_trace(opts: &SynthOptions) -> Trace {
                     last_gpu_end.saturating_sub(head_start),
                     0,
                     0,
+                    1,
                 ));
                 counters.timestamp_writes += 2;
             }
             SynthTimestamps::Dispatch => {
                 counters.timestamp_writes += 2 * gpu.len() as u64 + 2;
-                gpu.push(GpuSpan(token_op, gpu_start, last_gpu_end - gpu_start, 0, 0));
+                gpu.push(GpuSpan(
+                    token_op,
+                    gpu_start,
+                    last_gpu_end - gpu_start,
+                    0,
+                    0,
+                    1,
+                ));
             }
         }
         gpu.sort_by_key(|s| (s.1, std::cmp::Reverse(s.2)));

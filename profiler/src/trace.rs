@@ -574,11 +574,78 @@ impl HostSpan {
     }
 }
 
-/// A GPU span: `[op, start_ns, dur_ns, queue, submit]`. `op` indexes [`Trace::ops`]; `queue` is 0
-/// for the compute queue and 1 for the transfer queue; `submit` is the 0-based index, within its
-/// step, of the `submit` host span whose work contains this span (for flow arrows).
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct GpuSpan(pub u32, pub u64, pub u64, pub u8, pub u32);
+/// A GPU span: `[op, start_ns, dur_ns, queue, submit]`, or `[op, start_ns, dur_ns, queue,
+/// submit, shared]` when `shared` is over 1. `op` indexes [`Trace::ops`]; `queue` is 0 for the
+/// compute queue and 1 for the transfer queue; `submit` is the 0-based index, within its step, of
+/// the `submit` host span whose work contains this span (for flow arrows). `shared` is how many
+/// dispatch spans of the step have this same interval because the program let those dispatches
+/// run concurrently (no barrier between them): each ran somewhere inside it, and each counts for
+/// `dur_ns / shared` of the op table's time ([`GpuSpan::share_ns`]). 0 reads as 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuSpan(pub u32, pub u64, pub u64, pub u8, pub u32, pub u32);
+
+impl Serialize for GpuSpan {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let shared = self.shared() > 1;
+        let mut t = s.serialize_tuple(if shared { 6 } else { 5 })?;
+        t.serialize_element(&self.0)?;
+        t.serialize_element(&self.1)?;
+        t.serialize_element(&self.2)?;
+        t.serialize_element(&self.3)?;
+        t.serialize_element(&self.4)?;
+        if shared {
+            t.serialize_element(&self.5)?;
+        }
+        t.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for GpuSpan {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = GpuSpan;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a GPU span [op, start_ns, dur_ns, queue, submit(, shared)]")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<GpuSpan, A::Error> {
+                use serde::de::Error;
+                let mut next = |i: usize| -> Result<u64, A::Error> {
+                    a.next_element::<u64>()?
+                        .ok_or_else(|| A::Error::invalid_length(i, &self))
+                };
+                let op = next(0)?;
+                let (start, dur, queue, submit) = (next(1)?, next(2)?, next(3)?, next(4)?);
+                let shared = a.next_element::<u32>()?.unwrap_or(1);
+                if a.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    return Err(A::Error::invalid_length(7, &self));
+                }
+                let narrow = |v: u64, what: &str, max: u64| {
+                    if v > max {
+                        Err(A::Error::custom(format!(
+                            "GPU span {what} {v} is over {max}"
+                        )))
+                    } else {
+                        Ok(v)
+                    }
+                };
+                Ok(GpuSpan(
+                    narrow(op, "op", u32::MAX as u64)? as u32,
+                    start,
+                    dur,
+                    narrow(queue, "queue", u8::MAX as u64)? as u8,
+                    narrow(submit, "submit", u32::MAX as u64)? as u32,
+                    shared,
+                ))
+            }
+        }
+        d.deserialize_tuple(6, V)
+    }
+}
 
 impl GpuSpan {
     pub fn op(&self) -> u32 {
@@ -595,5 +662,45 @@ impl GpuSpan {
     }
     pub fn submit(&self) -> u32 {
         self.4
+    }
+    /// How many dispatch spans share this interval (1 for a span of its own).
+    pub fn shared(&self) -> u32 {
+        self.5.max(1)
+    }
+    /// This span's share of its interval: `dur_ns / shared`, what the op table counts for it.
+    pub fn share_ns(&self) -> u64 {
+        self.2 / self.shared() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GpuSpan;
+
+    #[test]
+    fn a_gpu_span_writes_shared_only_when_it_is_shared() {
+        let own = GpuSpan(3, 10, 20, 0, 1, 1);
+        assert_eq!(serde_json::to_string(&own).unwrap(), "[3,10,20,0,1]");
+        let shared = GpuSpan(3, 10, 20, 0, 1, 4);
+        assert_eq!(serde_json::to_string(&shared).unwrap(), "[3,10,20,0,1,4]");
+        assert_eq!(shared.share_ns(), 5);
+        for s in [own, shared] {
+            let back: GpuSpan = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+            assert_eq!(back, s);
+        }
+        let zero: GpuSpan = serde_json::from_str("[3,10,20,0,1,0]").unwrap();
+        assert_eq!((zero.shared(), zero.share_ns()), (1, 20));
+    }
+
+    #[test]
+    fn a_gpu_span_of_the_wrong_length_or_range_is_refused() {
+        for bad in [
+            "[3,10,20,0]",
+            "[3,10,20,0,1,2,3]",
+            "[3,10,20,256,1]",
+            "[-1,10,20,0,1]",
+        ] {
+            assert!(serde_json::from_str::<GpuSpan>(bad).is_err(), "{bad}");
+        }
     }
 }

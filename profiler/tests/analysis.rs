@@ -68,9 +68,9 @@ fn known_trace() -> Trace {
                     HostSpan("submit".into(), start + 1_000, 2_000, 1),
                 ],
                 gpu_spans: vec![
-                    GpuSpan(2, start + 10_000, 5_000, 0, 0),
-                    GpuSpan(0, start + 10_000, 1_000, 0, 0),
-                    GpuSpan(1, start + 11_000, 3_000, 0, 0),
+                    GpuSpan(2, start + 10_000, 5_000, 0, 0, 1),
+                    GpuSpan(0, start + 10_000, 1_000, 0, 0, 1),
+                    GpuSpan(1, start + 11_000, 3_000, 0, 0, 1),
                 ],
                 gpu_untimed: 0,
             }
@@ -613,4 +613,33 @@ fn diff_lists_the_tuning_that_differs_and_skips_traces_without_it() {
     b.meta.run.tuning = None;
     let d = compute_diff(&a, "a", &b, "b", &DiffOptions::default());
     assert!(d.comparability.is_empty(), "{:?}", d.comparability);
+}
+
+#[test]
+fn spans_shared_by_concurrent_dispatches_count_once_in_the_op_table() {
+    // Both dispatches of each step ran in one 4 us interval (no barrier between them): the op
+    // table counts 2 us for each, the step's GPU time stays 4 us, and a note says so.
+    let mut t = known_trace();
+    for r in &mut t.tokens {
+        let start = r.gpu_spans[1].1;
+        r.gpu_spans = vec![
+            GpuSpan(0, start, 4_000, 0, 0, 2),
+            GpuSpan(1, start, 4_000, 0, 0, 2),
+        ];
+        r.gpu_busy_ns = Some(4_000);
+    }
+    let s = compute_stats(&t, "shared", &StatsOptions::default());
+    assert_eq!(s.ops.len(), 1);
+    assert_eq!(s.ops[0].gpu_us_median, 4.0);
+    assert!((s.ops[0].gpu_share - 1.0).abs() < 1e-12);
+    assert!(
+        s.notes
+            .iter()
+            .any(|n| n.starts_with("2 of 2 dispatch spans per decode token (median) are shared")),
+        "{:?}",
+        s.notes
+    );
+    // Without shared spans there is no such note.
+    let plain = compute_stats(&known_trace(), "known", &StatsOptions::default());
+    assert!(!plain.notes.iter().any(|n| n.contains("are shared")));
 }

@@ -33,7 +33,7 @@ fn a_gpu_span_that_ends_past_2_64_is_analysed() {
     let n = t.tokens.len();
     for (i, token) in t.tokens.iter_mut().enumerate() {
         if let Some(s) = token.gpu_spans.first_mut() {
-            *s = GpuSpan(s.0, u64::MAX - 10, 1_000, s.3, s.4);
+            *s = GpuSpan(s.0, u64::MAX - 10, 1_000, s.3, s.4, 1);
         }
         if i + 1 == n {
             token.start_ns = u64::MAX;

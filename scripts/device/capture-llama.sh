@@ -18,7 +18,7 @@
 #    `profiler record` at each of $LEVELS (default: off submit command-buffer dispatch), after one
 #    untimed warm-up run, in $REPEATS (default 5) interleaved rounds. $LEVELS may also name
 #    `perf-logger`: llama-server without the layer, with GGML_VK_PERF_LOGGER=1 (llama.cpp's own
-#    per-op GPU timer), for what timing every op costs it.
+#    per-op GPU timer), for what timing every op costs it. $PIN pins every run to CPUs (below).
 # 3. `decoder capture --mode both` at the same context and length.
 # 4. One more llama-server run at `dispatch` with GGML_VK_DEBUG_MARKERS=1 (llama.cpp's pipeline
 #    names on its dispatches) and the fused preset at `--timestamps dispatch`; `profiler diff`
@@ -44,6 +44,11 @@ n_predict=${N_PREDICT:-128}
 levels=${LEVELS:-off submit command-buffer dispatch}
 repeats=${REPEATS:-5}
 work=${WORK:-/tmp/capture-llama}
+# PIN=CPUS (taskset's list, e.g. 2-5) runs llama-server, and the profiler and layer with it, on
+# those CPUs in every configuration alike: llama-server's decode is bound by its host thread, and
+# where the scheduler puts it moves tokens/s by more than the layer does.
+pin=()
+[[ -n ${PIN:-} ]] && pin=(taskset -c "$PIN")
 
 if [[ -z ${LLAMA_SERVER:-} && ! -e $llama/llama-server && -f $bin/llama.tar.xz ]]; then
   # The archive holds one folder (its name varies: bin/, llama/) with llama-server in it.
@@ -71,23 +76,18 @@ gguf=$work/$model.gguf
 # One llama-server run: $1 = none or a timestamp level, $2 = the run's tag (its timings go to
 # llama-$2.timings.json).
 serve() {
-  local level=$1 tag=$2 port log pid trace=${3:-$work/llama-$1.json} diag=
-  # LEVEL+DIAG runs the layer with DECODESCOPE_LAYER_DIAG=DIAG (its cost, taken apart).
-  if [[ $level == *+* ]]; then
-    diag=${level#*+}
-    level=${level%%+*}
-  fi
+  local level=$1 tag=$2 port log pid trace=${3:-$work/llama-$1.json}
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   log=$work/llama-$tag.log
   local server=("$llama/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port"
     -c $((context + n_predict + 64)) -np 1 -ngl 999 -fa on --no-webui)
   if [[ $level == none ]]; then
-    "${server[@]}" >"$log" 2>&1 &
+    "${pin[@]}" "${server[@]}" >"$log" 2>&1 &
   elif [[ $level == perf-logger ]]; then
     # llama.cpp's own per-op GPU timer, no layer: what timing every op costs it.
-    GGML_VK_PERF_LOGGER=1 "${server[@]}" >"$log" 2>&1 &
+    GGML_VK_PERF_LOGGER=1 "${pin[@]}" "${server[@]}" >"$log" 2>&1 &
   else
-    DECODESCOPE_LAYER_DIAG=$diag "$profiler" record --layer "$layer" --timestamps "$level" \
+    "${pin[@]}" "$profiler" record --layer "$layer" --timestamps "$level" \
       --out "$trace" -- "${server[@]}" >"$log" 2>&1 &
   fi
   pid=$!

@@ -160,15 +160,7 @@ pub(super) unsafe extern "system" fn begin_command_buffer(
             d.stamp_start(&g, cb, slot);
             let op = g.state.region_op("command buffer");
             d.announce(&mut g);
-            g.state.add_stamp(
-                k,
-                Stamp {
-                    slot,
-                    op,
-                    covers: 0,
-                },
-                false,
-            );
+            g.state.add_stamp(k, Stamp::pair(slot, op, 0));
         }
     }
     r
@@ -185,6 +177,7 @@ pub(super) unsafe extern "system" fn end_command_buffer(cb: vk::CommandBuffer) -
         let k = cb.as_raw();
         let mut g = d.lock();
         d.drain(&mut g, k);
+        d.close_interval(&mut g, cb);
         if g.state.level == Level::CommandBuffer
             && let Some(slot) = g.state.command_buffer_stamp(k)
         {
@@ -227,8 +220,9 @@ unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::N
     call(&d.next);
 }
 
-/// A dispatch: counted, and timed at the dispatch level (the end timestamp is written after the
-/// dispatch without taking the lock again: the pool's handle does not change).
+/// A dispatch: counted, and at the dispatch level given the span of its interval
+/// ([`DeviceState::dispatch_stamp`](crate::state::DeviceState::dispatch_stamp)): a timestamp is
+/// written here only when the interval starts with this dispatch.
 unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
     let Some(d) = dev(cb) else { return };
     if let Some(s) = d.slot(cb) {
@@ -238,7 +232,7 @@ unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
         return;
     }
     let k = cb.as_raw();
-    let end = {
+    {
         let mut g = d.lock();
         g.state.record(k, Cmd::Dispatch);
         if g.state.level == Level::Dispatch && g.state.can_time(k) {
@@ -246,35 +240,31 @@ unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
             if s.is_none() && d.add_pool(&mut g) {
                 s = g.state.dispatch_slot(k);
             }
-            match s {
-                Some(s) => {
-                    let op = g.state.dispatch_op_of(k);
-                    d.announce(&mut g);
-                    g.state.add_stamp(
-                        k,
-                        Stamp {
-                            slot: s.slot,
-                            op,
-                            covers: 1,
-                        },
-                        true,
-                    );
-                    if let Some(first) = s.reset {
-                        d.reset(&g, cb, first, crate::state::BLOCK_PAIRS);
-                    }
-                    d.stamp_start(&g, cb, s.slot);
-                    DeviceData::query(&g, s.slot)
+            if let Some(s) = s {
+                let op = g.state.dispatch_op_of(k);
+                d.announce(&mut g);
+                if let Some(first) = s.reset {
+                    d.reset(&g, cb, first, crate::state::BLOCK_PAIRS);
                 }
-                None => None,
+                if g.state.dispatch_stamp(k, s.slot, op) {
+                    d.stamp_start(&g, cb, s.slot);
+                }
             }
-        } else {
-            None
         }
-    };
-    call(&d.next);
-    if let (Some((pool, q)), Some(ts)) = (end, d.next.cmd_write_timestamp) {
-        ts(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, q + 1);
     }
+    call(&d.next);
+}
+
+/// A command that ends the current interval of dispatches (a barrier, executed secondaries):
+/// counted, and at the dispatch level the interval's closing timestamp is written before it.
+unsafe fn closing(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
+    let Some(d) = dev(cb) else { return };
+    if !d.slot(cb).is_some_and(|s| s.record(what)) {
+        let mut g = d.lock();
+        d.close_interval(&mut g, cb);
+        g.state.record(cb.as_raw(), what);
+    }
+    call(&d.next);
 }
 
 pub(super) unsafe extern "system" fn cmd_bind_pipeline(
@@ -491,7 +481,7 @@ pub(super) unsafe extern "system" fn cmd_pipeline_barrier(
     img: *const vk::ImageMemoryBarrier<'_>,
 ) {
     let n = mem_count as u64 + buf_count as u64 + img_count as u64;
-    recorded(cb, Cmd::Barrier(n), |next| {
+    closing(cb, Cmd::Barrier(n), |next| {
         if let Some(f) = next.cmd_pipeline_barrier {
             f(
                 cb, src, dst, deps, mem_count, mem, buf_count, buf, img_count, img,
@@ -509,7 +499,7 @@ unsafe fn barrier2(cb: vk::CommandBuffer, info: *const vk::DependencyInfo<'_>, k
             + i.buffer_memory_barrier_count as u64
             + i.image_memory_barrier_count as u64
     };
-    recorded(cb, Cmd::Barrier(n), |next| {
+    closing(cb, Cmd::Barrier(n), |next| {
         let f = if khr {
             next.cmd_pipeline_barrier2_khr
         } else {
@@ -559,6 +549,7 @@ pub(super) unsafe extern "system" fn cmd_execute_commands(
         let mut g = d.lock();
         // In order: the primary's commands so far, then the secondaries' whole recordings.
         d.drain(&mut g, cb.as_raw());
+        d.close_interval(&mut g, cb);
         for &s in &secondaries {
             d.drain(&mut g, s);
         }

@@ -14,8 +14,12 @@
 //!   bottom-of-pipe timestamp);
 //! - `command-buffer`: a reset and timestamp after `vkBeginCommandBuffer`, one before
 //!   `vkEndCommandBuffer`, in every primary command buffer;
-//! - `dispatch`: a timestamp before and after every dispatch (and one query reset per block of
-//!   [`BLOCK_PAIRS`](crate::state::BLOCK_PAIRS) dispatches).
+//! - `dispatch`: every dispatch gets the span of its interval between the program's barriers: a
+//!   bottom-of-pipe timestamp before each barrier (and the end of the command buffer) that
+//!   follows a dispatch, a top-of-pipe one before a command buffer's first dispatch (and the first
+//!   after a transfer), and one query reset per block of
+//!   [`BLOCK_PAIRS`](crate::state::BLOCK_PAIRS) dispatches
+//!   ([`DeviceState::dispatch_stamp`](crate::state::DeviceState::dispatch_stamp)).
 //!
 //! Timestamps are read, never waited for, once the layer knows their submission complete: a
 //! fence or timeline semaphore it signalled (or a later one of the same queue) was waited for or

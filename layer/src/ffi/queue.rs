@@ -65,15 +65,7 @@ impl DeviceData {
         match self.wrappers(g, family, slot) {
             Some((start, end)) => {
                 let op = g.state.region_op("submit");
-                Some((
-                    Stamp {
-                        slot,
-                        op,
-                        covers: 0,
-                    },
-                    start,
-                    end,
-                ))
+                Some((Stamp::pair(slot, op, 0), start, end))
             }
             None => {
                 g.state.slots.put(slot);

@@ -1,6 +1,7 @@
 //! The layer's GPU timestamps: its query pools, the commands it records into the program's
 //! command buffers (and its own submit-level wrappers), and reading results back.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 
 use ash::vk::{self, Handle};
@@ -60,6 +61,27 @@ impl DeviceData {
     pub(super) unsafe fn stamp_start(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32) {
         if let (Some((pool, q)), Some(ts)) = (Self::query(g, slot), self.next.cmd_write_timestamp) {
             ts(cb, vk::PipelineStageFlags::TOP_OF_PIPE, pool, q);
+        }
+    }
+
+    /// Ends `cb`'s current interval of dispatches: a bottom-of-pipe timestamp into the query
+    /// [`DeviceState::close_interval`](crate::state::DeviceState::close_interval) names.
+    pub(super) unsafe fn close_interval(&self, g: &mut Inner, cb: vk::CommandBuffer) {
+        if g.state.level != crate::state::Level::Dispatch {
+            return;
+        }
+        let Some(q) = g.state.close_interval(cb.as_raw()) else {
+            return;
+        };
+        if let (Some((pool, first)), Some(ts)) =
+            (Self::query(g, q / 2), self.next.cmd_write_timestamp)
+        {
+            ts(
+                cb,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                pool,
+                first + q % 2,
+            );
         }
     }
 
@@ -138,37 +160,46 @@ impl DeviceData {
     /// consecutive pairs, and hands the results to the state.
     pub(super) unsafe fn read_jobs(&self, g: &mut Inner, jobs: Vec<ReadJob>) {
         for job in jobs {
-            let mut results = vec![None; job.stamps.len()];
+            // The available queries of the job's pairs, by number (`2 slot + 0 or 1`).
+            let mut slots: Vec<u32> = job.stamps.iter().map(|s| s.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            let mut values: HashMap<u32, u64> = HashMap::with_capacity(slots.len() * 2);
             let mut i = 0;
-            while i < job.stamps.len() {
+            while i < slots.len() {
                 // A run: consecutive pairs of one pool.
-                let first = job.stamps[i].slot;
+                let first = slots[i];
                 let mut n = 1;
-                while i + n < job.stamps.len()
-                    && job.stamps[i + n].slot == first + n as u32
+                while i + n < slots.len()
+                    && slots[i + n] == first + n as u32
                     && !(first + n as u32).is_multiple_of(POOL_PAIRS)
                 {
                     n += 1;
                 }
-                self.read_run(g, first, &mut results[i..i + n]);
+                self.read_run(g, first, n as u32, &mut values);
                 i += n;
             }
+            let results: Vec<Option<(u64, u64)>> = job
+                .stamps
+                .iter()
+                .map(|s| Some((*values.get(&s.start)?, *values.get(&s.end)?)))
+                .collect();
             g.state.read_done(&job, &results);
         }
     }
 
-    /// Reads `out.len()` pairs from `first`: each query's value and availability.
-    unsafe fn read_run(&self, g: &Inner, first: u32, out: &mut [Option<(u64, u64)>]) {
+    /// Reads `n` pairs from `first` into `values`: each available query's time, by number.
+    unsafe fn read_run(&self, g: &Inner, first: u32, n: u32, values: &mut HashMap<u32, u64>) {
         let (Some((pool, q)), Some(f)) = (Self::query(g, first), self.next.get_query_pool_results)
         else {
             return;
         };
-        let mut v = vec![0u64; out.len() * 4];
+        let mut v = vec![0u64; n as usize * 4];
         let r = f(
             self.handle,
             pool,
             q,
-            out.len() as u32 * 2,
+            n * 2,
             v.len() * 8,
             v.as_mut_ptr().cast(),
             16,
@@ -178,10 +209,9 @@ impl DeviceData {
         if r != vk::Result::SUCCESS && r != vk::Result::NOT_READY {
             return;
         }
-        for (k, o) in out.iter_mut().enumerate() {
-            let (a, avail_a, b, avail_b) = (v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
-            if avail_a != 0 && avail_b != 0 {
-                *o = Some((self.ns(a), self.ns(b)));
+        for (k, pair) in v.chunks_exact(2).enumerate() {
+            if pair[1] != 0 {
+                values.insert(2 * first + k as u32, self.ns(pair[0]));
             }
         }
     }

@@ -56,6 +56,10 @@ pub struct CmdState {
     block_used: u32,
     /// Dispatches recorded with a stamp of their own.
     pub(super) timed_dispatches: u64,
+    /// Dispatch level: the query holding the start of the current interval (the last boundary
+    /// written), and the stamps of the dispatches recorded in it since.
+    boundary: Option<u32>,
+    open: Vec<usize>,
     /// The last submission, until its stamps are read.
     pub unread: Option<Submission>,
     /// Begun since its pool's last reset (it is on the pool's list of begun command buffers).
@@ -232,6 +236,11 @@ impl DeviceState {
             Cmd::Timestamp => k.timestamp_writes += 1,
             Cmd::Execute(_) => {}
         }
+        // A transfer before an interval's first dispatch: that dispatch's span starts at a
+        // boundary of its own, not before the transfer.
+        if matches!(what, Cmd::Transfer) && c.open.is_empty() {
+            c.boundary = None;
+        }
     }
 
     /// `vkCmdExecuteCommands`: the secondaries' recorded commands become the primary's.
@@ -379,14 +388,52 @@ impl DeviceState {
         })
     }
 
-    /// A stamp recorded into `cmd` (a dispatch's, or the command buffer's region).
-    pub fn add_stamp(&mut self, cmd: u64, stamp: Stamp, dispatch: bool) {
+    /// A region's stamp recorded into `cmd` (the command buffer's).
+    pub fn add_stamp(&mut self, cmd: u64, stamp: Stamp) {
         if let Some(c) = self.cmds.get_mut(&cmd) {
             c.stamps.push(stamp);
-            if dispatch {
-                c.timed_dispatches += 1;
-            }
         }
+    }
+
+    /// The stamp of a dispatch of op `op` recorded into `cmd` with pair `slot`, at the dispatch
+    /// level. Dispatches are timed by interval: an interval runs from one boundary to the next,
+    /// and a boundary is a bottom-of-pipe timestamp written just before a barrier (or the end of
+    /// the command buffer, or executed secondaries) that follows a dispatch, where the GPU
+    /// drains for the barrier anyway ([`Self::close_interval`]). Every dispatch of an interval
+    /// gets that interval's span: one alone is timed exactly (with its barrier's wait), and
+    /// dispatches the program lets run concurrently share it. The first interval of a command
+    /// buffer, or one after a transfer, starts at a top-of-pipe timestamp before its first
+    /// dispatch, written into that dispatch's pair: true is returned when the caller must write
+    /// it (query `2 slot`).
+    pub fn dispatch_stamp(&mut self, cmd: u64, slot: u32, op: u32) -> bool {
+        let Some(c) = self.cmds.get_mut(&cmd) else {
+            return false;
+        };
+        let fresh = c.boundary.is_none();
+        let start = *c.boundary.get_or_insert(2 * slot);
+        c.open.push(c.stamps.len());
+        c.stamps.push(Stamp {
+            start,
+            ..Stamp::pair(slot, op, 1)
+        });
+        c.timed_dispatches += 1;
+        fresh
+    }
+
+    /// Ends `cmd`'s current interval before a barrier, the end of the recording or executed
+    /// secondaries: the query its dispatches end at (the caller writes it, bottom of pipe), or
+    /// `None` when no dispatch was recorded since the last boundary.
+    pub fn close_interval(&mut self, cmd: u64) -> Option<u32> {
+        let c = self.cmds.get_mut(&cmd)?;
+        let &last = c.open.last()?;
+        let end = c.stamps[last].end;
+        let shared = c.open.len() as u32;
+        for i in c.open.drain(..) {
+            c.stamps[i].end = end;
+            c.stamps[i].shared = shared;
+        }
+        c.boundary = Some(end);
+        Some(end)
     }
 
     /// The slot of `cmd`'s command-buffer-level stamp (its first), if it has one.

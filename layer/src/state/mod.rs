@@ -100,14 +100,35 @@ impl Host {
 /// A host span: name, start (host ns, absolute), duration, depth.
 pub type HostTag = (Host, u64, u64, u32);
 
-/// A timestamp pair the layer wrote into a command buffer or a submit: pair `slot` (queries
-/// `2 slot` and `2 slot + 1` of pool `slot / POOL_PAIRS`), naming op `op`, covering `covers`
-/// dispatches (1 for a dispatch; a command buffer's or a submit's dispatches for a region).
+/// A span the layer timed in a command buffer or a submit: it owns pair `slot` (queries
+/// `2 slot` and `2 slot + 1` of pool `slot / POOL_PAIRS`), names op `op` and covers `covers`
+/// dispatches (1 for a dispatch; a command buffer's or a submit's dispatches for a region). It
+/// runs from query `start` to query `end` (numbered as `2 slot + 0 or 1`): its own pair for a
+/// region, and for a dispatch the boundaries of its interval, which may be written into the pair
+/// of another dispatch of the same command buffer ([`DeviceState::dispatch_stamp`]); `shared`
+/// dispatches have that interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     pub slot: u32,
     pub op: u32,
     pub covers: u64,
+    pub start: u32,
+    pub end: u32,
+    pub shared: u32,
+}
+
+impl Stamp {
+    /// A span of its own pair.
+    pub fn pair(slot: u32, op: u32, covers: u64) -> Stamp {
+        Stamp {
+            slot,
+            op,
+            covers,
+            start: 2 * slot,
+            end: 2 * slot + 1,
+            shared: 1,
+        }
+    }
 }
 
 /// One submission of a command buffer (or of a whole submit) whose stamps are not read yet.

@@ -338,6 +338,7 @@ impl DeviceState {
                     job.sub.kind,
                     *a,
                     *b,
+                    s.shared,
                 )),
                 None => {
                     self.group.dropped += 1;

@@ -119,15 +119,9 @@ fn timed_token(s: &mut DeviceState, n: u32, fence: u64) -> Submission {
         s.record(7, Cmd::Dispatch);
         let slot = s.dispatch_slot(7).expect("a slot");
         let op = s.dispatch_op_of(7);
-        s.add_stamp(
-            7,
-            Stamp {
-                slot: slot.slot,
-                op,
-                covers: 1,
-            },
-            true,
-        );
+        s.dispatch_stamp(7, slot.slot, op);
+        s.record(7, Cmd::Barrier(1));
+        s.close_interval(7);
     }
     s.end_cmd(7, 1);
     s.submit(9, &[vec![7]], Some(fence), &[], None)
@@ -179,15 +173,8 @@ fn timeline_semaphore_values_complete_their_submissions() {
     s.begin_cmd(7, 0);
     s.record(7, Cmd::Dispatch);
     let slot = s.dispatch_slot(7).expect("slot");
-    s.add_stamp(
-        7,
-        Stamp {
-            slot: slot.slot,
-            op: 0,
-            covers: 1,
-        },
-        true,
-    );
+    s.dispatch_stamp(7, slot.slot, 0);
+    s.close_interval(7);
     s.end_cmd(7, 1);
     s.submit(9, &[vec![7]], None, &[(55, 10)], None);
     assert!(s.completed(Completed::Semaphores(&[(55, 9)])).is_empty());
@@ -232,4 +219,89 @@ fn code_hashes_are_stable() {
     assert_eq!(hash_bytes(b"spirv"), hash_bytes(b"spirv"));
     assert_ne!(hash_bytes(b"spirv"), hash_bytes(b"spirw"));
     assert_ne!(hash_bytes(&[0; 8]), hash_bytes(&[0; 16]));
+}
+
+/// Records a dispatch into `cmd` at the dispatch level: its pair, and whether it opened its
+/// interval with a timestamp of its own.
+fn dispatch(s: &mut DeviceState, cmd: u64) -> (u32, bool) {
+    s.record(cmd, Cmd::Dispatch);
+    let slot = s.dispatch_slot(cmd).expect("a slot").slot;
+    let op = s.dispatch_op_of(cmd);
+    (slot, s.dispatch_stamp(cmd, slot, op))
+}
+
+#[test]
+fn dispatches_are_timed_by_the_interval_between_barriers() {
+    let mut s = state(Level::Dispatch);
+    s.allocate_cmd(7, 1, false);
+    s.begin_cmd(7, 0);
+    s.bind_pipeline(7, 100);
+    // A alone; B and C concurrent (no barrier between them); a transfer; D alone.
+    let (a, a_opens) = dispatch(&mut s, 7);
+    assert!(
+        a_opens,
+        "the command buffer's first dispatch writes its start"
+    );
+    assert_eq!(s.close_interval(7), Some(2 * a + 1));
+    s.record(7, Cmd::Barrier(1));
+    assert_eq!(
+        s.close_interval(7),
+        None,
+        "a second barrier ends no interval"
+    );
+    let (b, b_opens) = dispatch(&mut s, 7);
+    let (c, c_opens) = dispatch(&mut s, 7);
+    assert!(!b_opens && !c_opens, "they start at A's end");
+    assert_eq!(s.close_interval(7), Some(2 * c + 1));
+    s.record(7, Cmd::Transfer);
+    let (d, d_opens) = dispatch(&mut s, 7);
+    assert!(
+        d_opens,
+        "after a transfer the interval starts at a timestamp of its own"
+    );
+    assert_eq!(s.close_interval(7), Some(2 * d + 1));
+    let spans: Vec<(u32, u32, u32)> = s.cmds[&7]
+        .stamps
+        .iter()
+        .map(|t| (t.start, t.end, t.shared))
+        .collect();
+    assert_eq!(
+        spans,
+        vec![
+            (2 * a, 2 * a + 1, 1),
+            (2 * a + 1, 2 * c + 1, 2),
+            (2 * a + 1, 2 * c + 1, 2),
+            (2 * d, 2 * d + 1, 1),
+        ]
+    );
+    let _ = b;
+    // Every dispatch has a span; the shared one reaches the trace with `shared` 2.
+    s.end_cmd(7, 1);
+    s.submit(9, &[vec![7]], Some(3), &[], None);
+    let job = s.completed(Completed::Fences(&[3])).remove(0);
+    s.read_done(
+        &job,
+        &[
+            Some((0, 10)),
+            Some((10, 30)),
+            Some((10, 30)),
+            Some((40, 45)),
+        ],
+    );
+    let shared: Vec<u32> = s.group.gpu.iter().map(|g| g.6).collect();
+    assert_eq!(shared, vec![1, 2, 2, 1]);
+    assert!(s.group.untimed.is_empty());
+}
+
+#[test]
+fn a_new_recording_starts_without_a_boundary() {
+    let mut s = state(Level::Dispatch);
+    s.allocate_cmd(7, 1, false);
+    s.begin_cmd(7, 0);
+    dispatch(&mut s, 7);
+    s.close_interval(7);
+    s.end_cmd(7, 1);
+    s.reset_cmd(7);
+    s.begin_cmd(7, 2);
+    assert!(dispatch(&mut s, 7).1);
 }

@@ -118,10 +118,11 @@ pub struct RawGroup {
     pub queues: Vec<RawQueueWork>,
 }
 
-/// `[group, submit, op, queue, start_gpu_ns, end_gpu_ns]`: a span of the work of submit number
-/// `submit` (0-based within `group`), GPU times in ns (ticks times the timestamp period).
+/// `[group, submit, op, queue, start_gpu_ns, end_gpu_ns, shared]`: a span of the work of submit
+/// number `submit` (0-based within `group`), GPU times in ns (ticks times the timestamp period);
+/// `shared` dispatches ran concurrently within it (the trace's [`crate::trace::GpuSpan`] `shared`).
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RawGpuSpan(pub u64, pub u32, pub u32, pub u8, pub u64, pub u64);
+pub struct RawGpuSpan(pub u64, pub u32, pub u32, pub u8, pub u64, pub u64, pub u32);
 
 /// The live file `live.PID` beside the raw file: a fixed array of [`LIVE_SLOTS`] slots of
 /// [`LIVE_WORDS`] little-endian u64 words that the layer keeps current with plain stores into a

@@ -227,7 +227,14 @@ fn place_gpu_spans(
             let b = s.5 as i64 - offset - epoch as i64;
             let start = a.max(step_start_ns as i64 - epoch as i64).max(0) as u64;
             let end = b.max(a).max(0) as u64;
-            Some(GpuSpan(op, start, end.saturating_sub(start), s.3, *submit))
+            Some(GpuSpan(
+                op,
+                start,
+                end.saturating_sub(start),
+                s.3,
+                *submit,
+                s.6,
+            ))
         })
         .collect();
     out.sort_by_key(|s| (s.1, s.0));

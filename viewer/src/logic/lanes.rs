@@ -261,14 +261,14 @@ mod tests {
                 h("custom", 1_400, 5, 1),
             ],
             gpu_spans: vec![
-                GpuSpan(0, 1_100, 50, 0, 0),
+                GpuSpan(0, 1_100, 50, 0, 0, 1),
                 // Overlaps the first dispatch: goes to a second row.
-                GpuSpan(0, 1_120, 50, 0, 0),
-                GpuSpan(0, 1_200, 50, 0, 0),
-                GpuSpan(1, 1_100, 150, 0, 0),
-                GpuSpan(2, 1_050, 20, 1, 0),
+                GpuSpan(0, 1_120, 50, 0, 0, 1),
+                GpuSpan(0, 1_200, 50, 0, 0, 1),
+                GpuSpan(1, 1_100, 150, 0, 0, 1),
+                GpuSpan(2, 1_050, 20, 1, 0, 1),
                 // Starts before the step: clamped to 0.
-                GpuSpan(0, 900, 150, 0, 0),
+                GpuSpan(0, 900, 150, 0, 0, 1),
             ],
             ..TokenRecord::default()
         }];

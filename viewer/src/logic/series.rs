@@ -152,16 +152,16 @@ mod tests {
         r.gpu_busy_ns = None;
         // Two overlapping dispatches (union 15) inside a token span of 100 that must not count.
         r.gpu_spans = vec![
-            GpuSpan(0, 10, 10, 0, 0),
-            GpuSpan(0, 15, 10, 0, 0),
-            GpuSpan(1, 0, 100, 0, 0),
+            GpuSpan(0, 10, 10, 0, 0, 1),
+            GpuSpan(0, 15, 10, 0, 0, 1),
+            GpuSpan(1, 0, 100, 0, 0, 1),
         ];
         let r = &t.tokens[1];
         assert_eq!(gpu_busy_ns(&t, r), Some(15));
         let mut only_token = r.clone();
         only_token.gpu_spans.truncate(0);
         assert_eq!(gpu_busy_ns(&t, &only_token), None);
-        only_token.gpu_spans.push(GpuSpan(1, 0, 100, 0, 0));
+        only_token.gpu_spans.push(GpuSpan(1, 0, 100, 0, 0, 1));
         assert_eq!(gpu_busy_ns(&t, &only_token), Some(100));
     }
 

@@ -419,6 +419,18 @@ fn tooltip(ui: &mut egui::Ui, side: usize, t: &LoadedTrace, record: usize, sourc
                     fmt_ns(s.start_ns().saturating_sub(r.start_ns) as f64),
                 );
                 row(ui, "duration", fmt_ns(s.dur_ns() as f64));
+                if s.shared() > 1 {
+                    row(
+                        ui,
+                        "shared",
+                        format!(
+                            "with {} concurrent dispatches (no barrier between them); \
+                             the op table counts {}",
+                            s.shared() - 1,
+                            fmt_ns(s.share_ns() as f64)
+                        ),
+                    );
+                }
                 row(
                     ui,
                     "queue / submit",

@@ -489,8 +489,8 @@ mod tests {
     fn step(other: u64, picked: u64) -> TokenRecord {
         TokenRecord {
             gpu_spans: vec![
-                GpuSpan(0, 0, other * 1000, 0, 0),
-                GpuSpan(1, other * 1000, picked * 1000, 0, 0),
+                GpuSpan(0, 0, other * 1000, 0, 0, 1),
+                GpuSpan(1, other * 1000, picked * 1000, 0, 0, 1),
             ],
             ..Default::default()
         }

@@ -179,6 +179,7 @@ impl Engine {
                     end.saturating_sub(start),
                     0,
                     p.chunk_of_step[s.first],
+                    1,
                 )
             })
             .collect();

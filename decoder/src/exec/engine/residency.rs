@@ -222,7 +222,7 @@ impl Engine {
             };
             for (k, &op) in phase_ops.iter().enumerate() {
                 let (a, b) = (at(k), at(k + 1));
-                out.push(GpuSpan(op, a, b - a, s.queue(), s.submit()));
+                out.push(GpuSpan(op, a, b - a, s.queue(), s.submit(), 1));
             }
         }
         Ok(out)
