@@ -22,11 +22,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use profiler::rng::Rng;
 use serde_json::{Value, json};
 
 use super::config::{Arch, ConfigFile, ModelConfig, WeightDtype};
 use super::error::ModelError;
-use super::rng::SplitMix64;
 use super::safetensors_io::{SafetensorsWriter, TensorEntry, temp_sibling};
 use super::weights::{INDEX_FILE, SINGLE_FILE, Weights, tensor_names_and_shapes};
 
@@ -458,7 +458,7 @@ pub fn write_preset(preset: Preset, out: &Path, opts: &SynthOptions) -> Result<(
             opts.shards,
             &mut |name, writer| {
                 let (center, half_width) = spec.distribution(name);
-                let mut rng = SplitMix64::for_label(opts.seed, name);
+                let mut rng = Rng::for_label(opts.seed, name);
                 let mut left = writer
                     .current()
                     .map_or(0, |e| e.shape.iter().product::<usize>());
@@ -466,7 +466,7 @@ pub fn write_preset(preset: Preset, out: &Path, opts: &SynthOptions) -> Result<(
                     let n = left.min(CHUNK_ELEMENTS);
                     values.clear();
                     while values.len() < n {
-                        let (a, b) = rng.next_pair_symmetric();
+                        let (a, b) = rng.pair_symmetric();
                         values.push(representable(center + half_width * a));
                         if values.len() < n {
                             values.push(representable(center + half_width * b));
@@ -685,7 +685,7 @@ pub fn byte_level_bpe_json(vocab: usize, specials: &[String], bos: Option<&str>)
         add_word(&format!(" {word}"), &mut tokens);
         add_word(word, &mut tokens);
     }
-    let mut rng = SplitMix64::for_label(0, "tokenizer");
+    let mut rng = Rng::for_label(0, "tokenizer");
     let mut guard = 0u64;
     while tokens.len() < target && guard < 50_000_000 {
         guard += 1;
