@@ -203,9 +203,7 @@ pub fn trace_meta(
             device_type: info.device_type.clone(),
             vendor_id: info.vendor_id,
             device_id: info.device_id,
-            driver: format!("{} {}", info.driver_name, info.driver_info)
-                .trim()
-                .to_string(),
+            driver: profiler::vulkan::driver(&info.driver_name, &info.driver_info),
             api_version: info.api_version.clone(),
             timestamp_period_ns: info.timestamp_period_ns as f64,
             compute_units: info.compute_units,

@@ -39,6 +39,7 @@ pub mod stats;
 pub mod synth;
 pub mod trace;
 pub mod units;
+pub mod vulkan;
 
 pub use bootstrap::{MedianDiffCi, median_difference_ci};
 pub use diff::{
