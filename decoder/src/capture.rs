@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use profiler::io::TraceWriter;
+use profiler::stats::median;
 use profiler::trace::{
     DeviceMeta, FORMAT_NAME, FORMAT_VERSION, Meta, ModelMeta, PersistentGridMeta, Phase, RunMeta,
     TokenRecord, ToolMeta, Trace, TuningMeta,
@@ -202,9 +203,7 @@ pub fn trace_meta(
             device_type: info.device_type.clone(),
             vendor_id: info.vendor_id,
             device_id: info.device_id,
-            driver: format!("{} {}", info.driver_name, info.driver_info)
-                .trim()
-                .to_string(),
+            driver: profiler::vulkan::driver(&info.driver_name, &info.driver_info),
             api_version: info.api_version.clone(),
             timestamp_period_ns: info.timestamp_period_ns as f64,
             compute_units: info.compute_units,
@@ -295,20 +294,6 @@ pub struct Summary {
     pub gpu_us: Option<f64>,
     pub wall_us: f64,
     pub tokens_per_s: f64,
-}
-
-/// The median of `v` (the mean of the middle two for an even count; 0 when empty).
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
 }
 
 /// Medians over the decode tokens of `trace` (the prefill excluded).

@@ -11,9 +11,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
+use profiler::rng::Rng;
 
 use crate::model::error::ModelError;
-use crate::model::rng::SplitMix64;
 use crate::model::safetensors_io::{SafetensorsFile, SafetensorsWriter, TensorEntry};
 use crate::model::tokenizer::Tokenizer;
 
@@ -309,7 +309,7 @@ pub fn generate(
         "the prompt encodes to no tokens; give a non-empty --prompt"
     );
     let want_logits = opts.dump_logits || opts.sampling();
-    let mut rng = SplitMix64::new(opts.seed);
+    let mut rng = Rng::new(opts.seed);
     let mut stream = tokenizer.stream();
     let mut out = Generation {
         prompt_tokens: prompt_ids.len(),
@@ -402,7 +402,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 /// Samples from softmax(logits / temperature) restricted to the top-p nucleus. Deterministic
 /// for a given rng state: candidates are ordered by probability, then by index.
-pub fn sample(logits: &[f32], temperature: f32, top_p: f32, rng: &mut SplitMix64) -> u32 {
+pub fn sample(logits: &[f32], temperature: f32, top_p: f32, rng: &mut Rng) -> u32 {
     let t = f64::from(temperature.max(1e-6));
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut probs: Vec<(f64, u32)> = logits
@@ -425,7 +425,7 @@ pub fn sample(logits: &[f32], temperature: f32, top_p: f32, rng: &mut SplitMix64
         probs.truncate(keep);
     }
     let kept: f64 = probs.iter().map(|p| p.0).sum();
-    let r = rng.next_f64() * kept;
+    let r = rng.uniform() * kept;
     let mut cumulative = 0.0;
     for &(p, i) in &probs {
         cumulative += p;

@@ -8,10 +8,10 @@ use decoder::generate::{
     Backend, GenerateOptions, StepOutput, StopReason, argmax, generate, read_dump, sample,
     write_dump,
 };
-use decoder::model::rng::SplitMix64;
 use decoder::model::synth::SynthOptions;
 use decoder::model::{Model, Preset};
 use model_support::synth;
+use profiler::rng::Rng;
 
 /// A backend whose next token is a fixed function of the last input token; it records every
 /// call's (tokens, pos).
@@ -141,7 +141,7 @@ fn argmax_ties_go_to_the_lowest_index() {
 fn sampling_is_seeded_and_follows_temperature_and_top_p() {
     let logits = [0.0f32, 3f32.ln(), -20.0, -20.0];
     // softmax at T=1: p = [0.25, 0.75, ~0, ~0].
-    let mut rng = SplitMix64::new(42);
+    let mut rng = Rng::new(42);
     let draws: Vec<u32> = (0..4000)
         .map(|_| sample(&logits, 1.0, 1.0, &mut rng))
         .collect();
@@ -149,21 +149,21 @@ fn sampling_is_seeded_and_follows_temperature_and_top_p() {
     // Binomial std at n=4000 is 0.007; 0.03 is over four of them.
     assert!((ones - 0.75).abs() < 0.03, "{ones}");
     // Same seed, same draws; another seed, other draws.
-    let mut again = SplitMix64::new(42);
+    let mut again = Rng::new(42);
     let redo: Vec<u32> = (0..4000)
         .map(|_| sample(&logits, 1.0, 1.0, &mut again))
         .collect();
     assert_eq!(draws, redo);
-    let mut other = SplitMix64::new(43);
+    let mut other = Rng::new(43);
     let diff: Vec<u32> = (0..4000)
         .map(|_| sample(&logits, 1.0, 1.0, &mut other))
         .collect();
     assert_ne!(draws, diff);
     // top_p 0.5 keeps only the 0.75 token.
-    let mut rng = SplitMix64::new(1);
+    let mut rng = Rng::new(1);
     assert!((0..500).all(|_| sample(&logits, 1.0, 0.5, &mut rng) == 1));
     // A low temperature is nearly greedy.
-    let mut rng = SplitMix64::new(1);
+    let mut rng = Rng::new(1);
     assert!((0..500).all(|_| sample(&logits, 0.05, 1.0, &mut rng) == 1));
 }
 

@@ -5,10 +5,10 @@
 
 mod model_support;
 
-use decoder::model::rng::SplitMix64;
 use decoder::model::synth::{SynthOptions, byte_level_bpe_json};
 use decoder::model::{Model, Preset};
 use model_support::synth;
+use profiler::rng::Rng;
 
 const SAMPLES: &[&str] = &[
     "Once upon a time",
@@ -24,7 +24,7 @@ const SAMPLES: &[&str] = &[
 
 /// Deterministic random strings drawn from several Unicode ranges.
 fn random_texts(n: usize) -> Vec<String> {
-    let mut rng = SplitMix64::new(7);
+    let mut rng = Rng::new(7);
     (0..n)
         .map(|_| {
             let len = rng.below(40) as usize;

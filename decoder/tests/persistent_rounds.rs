@@ -1,7 +1,8 @@
 //! The persistent kernel under tuning overrides (`--tuning`) that a one-workgroup CPU grid does not
-//! reach by itself, through the CLI: greedy steps on tiny against the CPU reference, identical
-//! tokens, logits within a relative RMS of 5e-3 at every step, and nothing from the validation
-//! layer.
+//! reach by itself, with `decoder run`'s flags parsed as the command line parses them: greedy
+//! steps on tiny against the CPU reference, identical tokens, logits within a relative RMS of
+//! 5e-3 at every step, and no message from the validation layer (caught by its debug-utils
+//! callback, [`common::with_gpu`]).
 //! - Many splits per (row, KV head), so the merge gives a lane several splits and the lane
 //!   rescales its running max between them (and the subgroups meet at the largest of their
 //!   maxima). A GPU grid gets there past 32 splits a workgroup; the CPU grid with the
@@ -11,61 +12,64 @@
 //!   grid's 8 subgroups only with the override. With each KV layout the kernel reads.
 #![allow(clippy::unwrap_used)] // Tests unwrap: a failure is a test failure.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
-use decoder::generate::read_dump;
+use clap::Parser as _;
+use decoder::cli::run::{Args, load_model, prompt_ids};
+use decoder::exec::engine::Engine;
+use decoder::generate::{Backend, Generation, generate};
+use decoder::model::Model;
 
-fn run(cache: &Path, dump: &Path, steps: u32, args: &[&str], tuning: Option<&str>) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_decoder"));
-    cmd.arg("run")
-        .args([
-            "--model",
-            "tiny",
-            "--max-tokens",
-            &steps.to_string(),
-            "--ignore-eos",
-        ])
-        .args(["--dump", dump.to_str().unwrap()])
-        .args(args)
-        .env("DECODESCOPE_CACHE", cache)
-        .env_remove("DECODESCOPE_TUNING");
-    if let Some(t) = tuning {
-        cmd.args(["--tuning", t]);
-    }
-    let o = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "decoder run {args:?} failed:\n{stderr}");
-    stderr
+/// `decoder run`'s arguments.
+#[derive(clap::Parser)]
+struct Run {
+    #[command(flatten)]
+    args: Args,
+}
+
+/// `decoder run --model tiny --max-tokens STEPS --ignore-eos FLAGS`, parsed.
+fn run_args(steps: u32, flags: &[&str]) -> Args {
+    let steps = steps.to_string();
+    let line = [
+        "decoder-run",
+        "--model",
+        "tiny",
+        "--max-tokens",
+        &steps,
+        "--ignore-eos",
+    ];
+    Run::try_parse_from(line.iter().chain(flags)).unwrap().args
+}
+
+/// Generates under `args` with `backend`, keeping every step's logits.
+fn generate_with(backend: &mut dyn Backend, model: &Model, args: &Args) -> Generation {
+    let ids = prompt_ids(model, &args.prompt).unwrap();
+    let mut opts = args.generation.options();
+    opts.dump_logits = true;
+    generate(backend, &model.tokenizer, &ids, &opts, &mut |_| {}).unwrap()
 }
 
 /// `steps` greedy steps of the persistent kernel with `kv` (the cache flags) under `tuning`
 /// against the CPU reference on the same cache layout.
 fn check(steps: u32, kv: &[&str], tuning: &str) {
-    let tmp = tempfile::tempdir().unwrap();
-    let (cpu, gpu) = (tmp.path().join("cpu.st"), tmp.path().join("gpu.st"));
-    let mut args = vec!["--backend", "cpu"];
-    args.extend_from_slice(kv);
-    run(tmp.path(), &cpu, steps, &args, None);
-    let mut args = vec![
-        "--backend",
-        "vulkan",
-        "--kernels",
-        "persistent",
-        "--validation",
-    ];
-    args.extend_from_slice(kv);
-    let stderr = run(tmp.path(), &gpu, steps, &args, Some(tuning));
-    let validation: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("validation"))
-        .collect();
-    assert!(
-        validation.is_empty(),
-        "{tuning} {kv:?}: validation layer:\n{}",
-        validation.join("\n")
-    );
-    let (want, got) = (read_dump(&cpu).unwrap(), read_dump(&gpu).unwrap());
+    let model = load_model("tiny").unwrap();
+    let cpu_args = run_args(steps, kv);
+    let prompt_tokens = prompt_ids(&model, &cpu_args.prompt).unwrap().len();
+    let mut cpu = cpu_args.reference(&model, prompt_tokens).unwrap();
+    let want = generate_with(&mut cpu, &model, &cpu_args);
+
+    let mut flags = vec!["--backend", "vulkan", "--kernels", "persistent"];
+    flags.extend_from_slice(kv);
+    flags.extend_from_slice(&["--tuning", tuning]);
+    let gpu_args = run_args(steps, &flags);
+    let max_seq = (prompt_tokens + steps as usize + 2) as u32;
+    let got = common::with_gpu(|gpu| {
+        let mut opts = gpu_args.engine_options(max_seq).unwrap();
+        opts.logits_readback = true;
+        let mut engine = Engine::new(gpu, &model.config, &model.weights, opts).unwrap();
+        generate_with(&mut engine, &model, &gpu_args)
+    });
+
     assert_eq!(
         got.ids, want.ids,
         "{tuning} {kv:?}: greedy tokens differ from the CPU reference"

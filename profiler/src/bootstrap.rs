@@ -49,13 +49,7 @@ fn resample_median(sorted: &[f64], rng: &mut Rng) -> f64 {
 
 /// A stable seed for one metric, so that adding a metric does not change another's interval.
 pub fn metric_seed(seed: u64, name: &str) -> u64 {
-    // FNV-1a.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    seed ^ h
+    seed ^ crate::rng::fnv1a(name.as_bytes())
 }
 
 /// Bootstrap CI of `median(b) - median(a)`. `a_sorted` and `b_sorted` must be sorted ascending;

@@ -5,7 +5,8 @@
 //! a missing path or a regular file atomically (a temporary file in the destination's directory,
 //! flushed to disk, then renamed over the final name, so an interrupted capture never leaves a
 //! truncated trace behind); into a character device or a FIFO in place, never replacing it; and
-//! [`check_output`] finds an output that cannot be written before any work starts. Reading never
+//! [`check_output`] finds an output that cannot be written before any work starts. A directory
+//! written as a whole (a checkpoint) goes through [`StagedDir`] the same way. Reading never
 //! panics: every way a file can be wrong maps to one [`TraceError`] variant whose message names
 //! the file and says what to do.
 
@@ -575,6 +576,18 @@ fn parent_dir(path: &Path) -> PathBuf {
 
 /// Creates a new hidden file beside `path` (`.NAME.PID.N.SUFFIX`), never one that exists.
 fn create_temp_beside(path: &Path, suffix: &str) -> std::io::Result<(PathBuf, File)> {
+    create_beside(path, suffix, |p| {
+        OpenOptions::new().write(true).create_new(true).open(p)
+    })
+}
+
+/// Runs `create` on a new hidden name beside `path` (`.NAME.PID.N.SUFFIX`) until it does not
+/// answer `AlreadyExists`: the name and what `create` made there.
+fn create_beside<T>(
+    path: &Path,
+    suffix: &str,
+    create: impl Fn(&Path) -> std::io::Result<T>,
+) -> std::io::Result<(PathBuf, T)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let dir = parent_dir(path);
     let file_name = path
@@ -584,14 +597,79 @@ fn create_temp_beside(path: &Path, suffix: &str) -> std::io::Result<(PathBuf, Fi
     loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let candidate = dir.join(format!(".{file_name}.{}.{n}.{suffix}", std::process::id()));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&candidate)
-        {
-            Ok(f) => return Ok((candidate, f)),
+        match create(&candidate) {
+            Ok(made) => return Ok((candidate, made)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A directory written as a whole (a synthetic or imported checkpoint): its files go into a new
+/// hidden directory beside the destination ([`StagedDir::path`]), which [`StagedDir::commit`]
+/// renames into place once complete, so a reader never sees half a checkpoint. Dropped
+/// uncommitted, the hidden directory is removed with everything in it.
+#[derive(Debug)]
+pub struct StagedDir {
+    path: PathBuf,
+    committed: bool,
+}
+
+impl StagedDir {
+    /// Creates the hidden directory beside `dest` (`.NAME.PID.N.staging`), creating `dest`'s
+    /// parent directories where they are missing.
+    pub fn create(dest: &Path) -> std::io::Result<StagedDir> {
+        std::fs::create_dir_all(parent_dir(dest))?;
+        let (path, ()) = create_beside(dest, "staging", |p| std::fs::create_dir(p))?;
+        Ok(StagedDir {
+            path,
+            committed: false,
+        })
+    }
+
+    /// Where the contents go.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the directory to `dest` and syncs their parent, so the rename is durable. Where
+    /// something is at `dest`: with `replace` it is moved aside first and removed once the new
+    /// directory is in place (put back if that rename fails); without, the rename fails as the
+    /// system decides (over a directory that holds anything, always). Callers check what is at
+    /// `dest`, and say what to do about it, before they write.
+    pub fn commit(mut self, dest: &Path, replace: bool) -> std::io::Result<()> {
+        if replace && std::fs::symlink_metadata(dest).is_ok() {
+            let mut aside = self.path.clone().into_os_string();
+            aside.push(".replaced");
+            let aside = PathBuf::from(aside);
+            std::fs::rename(dest, &aside)?;
+            if let Err(e) = std::fs::rename(&self.path, dest) {
+                let _ = std::fs::rename(&aside, dest);
+                return Err(e);
+            }
+            self.committed = true;
+            std::fs::remove_dir_all(&aside).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot remove the replaced {}: {e}", aside.display()),
+                )
+            })?;
+        } else {
+            std::fs::rename(&self.path, dest)?;
+            self.committed = true;
+        }
+        if let Ok(d) = File::open(parent_dir(dest)) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StagedDir {
+    fn drop(&mut self) {
+        if !self.committed {
+            // Best effort: the error that dropped it matters more than a leftover.
+            let _ = std::fs::remove_dir_all(&self.path);
         }
     }
 }
@@ -892,6 +970,38 @@ mod tests {
         };
         let offset = byte_offset(text, err.line(), err.column()) as usize;
         assert_eq!(text[offset], b'x');
+    }
+
+    #[test]
+    fn a_staged_directory_appears_whole_replaces_only_when_asked_and_leaves_nothing() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let dest = root.path().join("nested").join("ckpt");
+        let write = |dest: &Path, text: &str| {
+            let staged = StagedDir::create(dest).expect("create");
+            std::fs::write(staged.path().join("config.json"), text).expect("write");
+            staged
+        };
+        let first = write(&dest, "1");
+        assert!(!dest.exists(), "visible before the commit");
+        first.commit(&dest, false).expect("commit");
+        assert_eq!(
+            std::fs::read_to_string(dest.join("config.json")).ok(),
+            Some("1".into())
+        );
+        // Over a directory with contents: refused without `replace`, replaced with it.
+        assert!(write(&dest, "2").commit(&dest, false).is_err());
+        write(&dest, "3").commit(&dest, true).expect("replace");
+        assert_eq!(
+            std::fs::read_to_string(dest.join("config.json")).ok(),
+            Some("3".into())
+        );
+        // Dropped uncommitted: removed; nothing hidden is left beside the destination.
+        drop(write(&dest, "4"));
+        let names: Vec<_> = std::fs::read_dir(dest.parent().expect("parent"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["ckpt"]);
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub mod stats;
 pub mod synth;
 pub mod trace;
 pub mod units;
+pub mod vulkan;
 
 pub use bootstrap::{MedianDiffCi, median_difference_ci};
 pub use diff::{
@@ -51,8 +52,8 @@ pub use gates::{
     evaluate_gates, load_gates, parse_gates,
 };
 pub use io::{
-    OutputError, OutputTarget, StagedOutput, TraceError, TraceWriter, check_output, from_reader,
-    from_slice, from_slice_named, open_regular_file, output_target, read_trace,
+    OutputError, OutputTarget, StagedDir, StagedOutput, TraceError, TraceWriter, check_output,
+    from_reader, from_slice, from_slice_named, open_regular_file, output_target, read_trace,
     read_trace_for_analysis, stage_output, to_vec, to_writer, validate, write_output, write_trace,
 };
 pub use kinds::{DISPATCH_KINDS, KindRule, KindRules, KindsError};

@@ -1,6 +1,29 @@
-//! A small deterministic random number generator and the distributions the bootstrap and the
-//! synthetic traces need. Written here rather than taken from a crate so that golden outputs stay
-//! identical across dependency upgrades: the same seed gives the same numbers forever.
+//! The workspace's one random number generator and its one string hash, with the distributions
+//! the bootstrap, the synthetic traces and checkpoints and the decoder's sampling need. Written
+//! here rather than taken from a crate so that golden outputs stay identical across dependency
+//! upgrades: the same seed gives the same numbers forever.
+
+/// SplitMix64's increment: 2^64 divided by the golden ratio, odd.
+pub const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// SplitMix64's output function (Stafford's "Mix13" variant of the MurmurHash3 finaliser): a
+/// bijection of 64 bits in which every input bit changes about half of the output bits. [`Rng`]
+/// draws with it; it also makes a stable hash of integers (the capture layer's signatures).
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// 64-bit FNV-1a of `bytes`: a stable hash of a name, to derive a seed from it.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
 
 /// SplitMix64 (Steele, Lea, Flood 2014): 64 bits of state, passes BigCrush, trivially seedable.
 #[derive(Clone, Debug)]
@@ -11,12 +34,18 @@ impl Rng {
         Rng(seed)
     }
 
+    /// A generator whose stream depends on `seed` and on `label` (its [`fnv1a`] mixed into the
+    /// seed, and the first draw skipped), so independent streams (one per tensor of a synthetic
+    /// checkpoint) need no shared state.
+    pub fn for_label(seed: u64, label: &str) -> Self {
+        let mut g = Rng::new(seed ^ fnv1a(label.as_bytes()).rotate_left(17));
+        g.next_u64();
+        g
+    }
+
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
+        mix64(self.0)
     }
 
     /// Uniform in [0, 1), 53 bits.
@@ -24,12 +53,22 @@ impl Rng {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
+    /// Two uniforms in [-1, 1) from one draw (24 bits each: the draw's top 24 bits, then bits 8
+    /// to 31).
+    pub fn pair_symmetric(&mut self) -> (f32, f32) {
+        let x = self.next_u64();
+        let scale = 1.0 / (1u32 << 23) as f32;
+        let a = ((x >> 40) as u32) as f32 * scale - 1.0;
+        let b = (((x >> 8) & 0xff_ffff) as u32) as f32 * scale - 1.0;
+        (a, b)
+    }
+
     /// Uniform in (0, 1): never 0, for logarithms.
     fn uniform_open(&mut self) -> f64 {
         ((self.next_u64() >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64)
     }
 
-    /// Uniform integer in [0, n); `n` must be positive.
+    /// Uniform integer in [0, n) (0 for `n == 0`).
     pub fn below(&mut self, n: u64) -> u64 {
         // Lemire's multiply-shift; the bias for the small n used here is below 2^-40.
         ((self.next_u64() as u128 * n as u128) >> 64) as u64
@@ -80,6 +119,16 @@ mod tests {
         let mean = (0..n).map(|_| rng.beta(a, b)).sum::<f64>() / n as f64;
         // Mean a/(a+b) = 0.375, standard error ~0.0011; 0.01 is about 9 standard errors.
         assert!((mean - 0.375).abs() < 0.01, "mean {mean}");
+    }
+
+    /// The stream is a contract (golden traces, synthetic checkpoints): SplitMix64's published
+    /// first outputs for seed 0, and FNV-1a's for "a".
+    #[test]
+    fn streams_are_the_published_ones() {
+        let mut rng = Rng::new(0);
+        assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(rng.next_u64(), 0x6e78_9e6a_a1b9_65f4);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 
     #[test]

@@ -142,7 +142,8 @@ impl Summary {
     }
 }
 
-/// The `p`-th percentile (0..=100) of ascending `sorted`, interpolating linearly between ranks.
+/// The `p`-th percentile (0..=100) of ascending `sorted`, interpolating linearly between ranks
+/// (a rank that falls on a value is that value); 0 when empty.
 pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
     match sorted.len() {
         0 => 0.0,
@@ -152,9 +153,20 @@ pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
             let lo = rank.floor() as usize;
             let hi = (lo + 1).min(n - 1);
             let frac = rank - lo as f64;
-            sorted[lo] + (sorted[hi] - sorted[lo]) * frac
+            if frac == 0.0 {
+                sorted[lo]
+            } else {
+                sorted[lo] + (sorted[hi] - sorted[lo]) * frac
+            }
         }
     }
+}
+
+/// The median of `values` in any order ([`percentile_sorted`] at 50: the middle value, or the
+/// mean of the middle two for an even count); 0 when empty.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    percentile_sorted(&values, 50.0)
 }
 
 /// The length of the union of spans' `[start, start + dur)` intervals, ns.

@@ -376,12 +376,18 @@ fn ctrl_c_stops_the_program_and_the_trace_is_written() {
         .expect("spawn profiler record");
     // Wait for the capture to finish (its trace appears), then press Ctrl-C on `profiler
     // record` alone: it passes SIGINT on to the program and writes the trace.
-    while !own.exists() {
-        if let Ok(Some(s)) = child.try_wait() {
-            panic!("profiler record exited early: {s}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    common::poll(
+        &mut child,
+        "the decoder's own trace under profiler record",
+        std::time::Duration::from_secs(300),
+        std::time::Duration::from_millis(100),
+        |c| {
+            if let Ok(Some(s)) = c.try_wait() {
+                panic!("profiler record exited early: {s}");
+            }
+            own.exists().then_some(())
+        },
+    );
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

@@ -7,12 +7,11 @@
 //! computing anything, runs everywhere. When the server cannot be fetched both tests skip with
 //! the reason, unless `DECODESCOPE_REQUIRE_LLAMA=1` (CI sets it) makes that a failure.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use decoder::cli::peer::{Loopback, READY_TIMEOUT, free_port};
 use profiler::{Phase, Trace};
 
 mod common;
@@ -86,35 +85,6 @@ fn the_layer_loads_through_llama_servers_own_loader() {
     assert!(!out.exists());
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// One HTTP/1.1 request with `Connection: close`; returns the status and the body.
-fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;
-    s.set_read_timeout(Some(Duration::from_secs(600)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_owned()))
-}
-
 /// Ends `profiler record` (and so the server) if the test fails half-way.
 struct Recording(Option<Child>);
 
@@ -171,7 +141,7 @@ fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("llama.json");
     let log = dir.path().join("server.log");
-    let port = free_port();
+    let port = free_port().expect("a free loopback port");
     let log_file = std::fs::File::create(&log).expect("log file");
     let child = llama(&bin)
         .arg("--out")
@@ -187,29 +157,13 @@ fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
         .spawn()
         .expect("start profiler record -- llama-server");
     let mut rec = Recording(Some(child));
-    let started = Instant::now();
-    loop {
-        if let Some(c) = rec.0.as_mut()
-            && let Ok(Some(s)) = c.try_wait()
-        {
-            panic!(
-                "llama-server exited ({s}) before it was ready:\n{}",
-                tail(&log)
-            );
-        }
-        if let Ok((200, _)) = http(port, "GET", "/health", "") {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "llama-server was not ready after 600 s:\n{}",
-            tail(&log)
-        );
-        std::thread::sleep(Duration::from_millis(250));
+    let http = Loopback::new(port, Duration::from_secs(600));
+    if let Err(e) = http.wait_ready(rec.0.as_mut().expect("child"), READY_TIMEOUT) {
+        panic!("llama-server {e}:\n{}", tail(&log));
     }
     let req = r#"{"prompt": "The capital of France is", "n_predict": 16, "ignore_eos": true,
                  "temperature": 0.0, "top_k": 1, "cache_prompt": false, "stream": false}"#;
-    let (status, body) = http(port, "POST", "/completion", req).expect("/completion");
+    let (status, body) = http.request("/completion", Some(req)).expect("/completion");
     assert_eq!(status, 200, "{body}");
     let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON answer");
     assert_eq!(answer["tokens_predicted"], 16, "{body}");

@@ -56,8 +56,15 @@ fn vm_hwm_kib(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs `program args` under GNU time and returns its peaks; panics with its output if it fails.
-fn run_measured(dir: &Path, program: &Path, args: &[OsString]) -> Peaks {
+/// How long a run of `tokens` decode tokens may take: ten times lavapipe's 0.1 s a step, and a
+/// minute to start.
+fn time_limit(tokens: usize) -> Duration {
+    Duration::from_secs(60 + tokens as u64)
+}
+
+/// Runs `program args` under GNU time and returns its peaks; panics with its output if it fails
+/// or has not ended after `limit`.
+fn run_measured(dir: &Path, program: &Path, args: &[OsString], limit: Duration) -> Peaks {
     let time = Path::new("/usr/bin/time");
     assert!(
         time.exists(),
@@ -80,17 +87,18 @@ fn run_measured(dir: &Path, program: &Path, args: &[OsString]) -> Peaks {
         .expect("run /usr/bin/time");
     let children = format!("/proc/{0}/task/{0}/children", child.id());
     let mut own_kib = 0;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
+    let what = format!("the end of {} {args:?}", program.display());
+    let status = common::poll(&mut child, &what, limit, Duration::from_millis(20), |c| {
+        if let Some(s) = c.try_wait().expect("wait") {
+            return Some(s);
         }
         if let Ok(pids) = std::fs::read_to_string(&children)
             && let Some(pid) = pids.split_whitespace().next()
         {
             own_kib = own_kib.max(vm_hwm_kib(pid));
         }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        None
+    });
     let err = std::fs::read_to_string(dir.join("run.err")).unwrap_or_default();
     assert!(
         status.success(),
@@ -183,7 +191,12 @@ fn a_long_dispatch_level_capture_keeps_its_memory_flat() {
     let mut runs = Vec::new();
     for n in [short, long] {
         let out = dir.join(format!("capture-{n}.json"));
-        let peaks = run_measured(&dir, &decoder, &capture_args(n, "dispatch", &out));
+        let peaks = run_measured(
+            &dir,
+            &decoder,
+            &capture_args(n, "dispatch", &out),
+            time_limit(n),
+        );
         runs.push((n, peaks.whole_kib, size(&out)));
         assert_reads_back(&out, n, n);
     }
@@ -217,7 +230,7 @@ fn a_long_record_of_the_decoder_keeps_its_memory_flat() {
         args.push("--".into());
         args.push(decoder.clone().into());
         args.extend(capture_args(n, "off", &own));
-        let peaks = run_measured(&dir, &profiler, &args);
+        let peaks = run_measured(&dir, &profiler, &args, time_limit(n));
         runs.push((n, peaks, size(&out)));
         // The layer finds every decode step but the first, which may join the prologue.
         assert_reads_back(&out, n, n - 1);

@@ -6,13 +6,12 @@
 //! The server is a child process on a loopback port; it is stopped when the bench is done or
 //! fails (and its log is kept next to the bench output).
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use serde::Serialize;
 
 /// One llama.cpp measurement at one context.
@@ -57,7 +56,7 @@ pub fn server_binary(path: &Path) -> anyhow::Result<PathBuf> {
 /// A running `llama-server`, killed on drop.
 pub struct Server {
     child: Child,
-    port: u16,
+    http: Loopback,
     log: PathBuf,
 }
 
@@ -68,7 +67,71 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// How long a completion may take to answer: a long context on a slow device, with room.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How long llama-server may take to load a model and answer `/health`.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// An HTTP client of a server on a loopback port (llama-server's JSON endpoints), through `ureq`:
+/// no proxy, every status returned rather than raised, `timeout` for each whole request.
+#[derive(Debug)]
+pub struct Loopback {
+    agent: ureq::Agent,
+    port: u16,
+}
+
+impl Loopback {
+    pub fn new(port: u16, timeout: Duration) -> Loopback {
+        let agent = ureq::Agent::config_builder()
+            .proxy(None)
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .build()
+            .into();
+        Loopback { agent, port }
+    }
+
+    /// `GET path` (no body) or `POST path` with a JSON `body`: (status, body).
+    pub fn request(&self, path: &str, body: Option<&str>) -> anyhow::Result<(u16, String)> {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let answer = match body {
+            None => self.agent.get(&url).call(),
+            Some(json) => self
+                .agent
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .send(json),
+        };
+        let mut answer = answer.with_context(|| format!("no answer from {url}"))?;
+        let text = answer
+            .body_mut()
+            .read_to_string()
+            .with_context(|| format!("cannot read the answer of {url}"))?;
+        Ok((answer.status().as_u16(), text))
+    }
+
+    /// Polls `/health` every 250 ms until it answers 200. Fails, with a sentence that follows the
+    /// server's name, when `server` exits first or `limit` passes.
+    pub fn wait_ready(&self, server: &mut Child, limit: Duration) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = server.try_wait()? {
+                bail!("exited ({status}) before it was ready");
+            }
+            if let Ok((200, _)) = self.request("/health", None) {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                bail!("did not become ready in {} s", limit.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// A loopback port that was free a moment ago, for a server to listen on.
+pub fn free_port() -> anyhow::Result<u16> {
     let l =
         TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("cannot find a free loopback port")?;
     Ok(l.local_addr()?.port())
@@ -111,29 +174,16 @@ impl Server {
             .with_context(|| format!("cannot start {}", bin.display()))?;
         let mut server = Server {
             child,
-            port,
+            http: Loopback::new(port, ANSWER_TIMEOUT),
             log: log.to_path_buf(),
         };
-        let started = Instant::now();
-        loop {
-            if let Some(status) = server.child.try_wait()? {
-                bail!(
-                    "llama-server exited ({status}) before it was ready; the end of its log ({}):\n{}",
-                    server.log.display(),
-                    server.log_tail()
-                );
-            }
-            if let Ok((200, _)) = server.request("GET", "/health", None) {
-                return Ok(server);
-            }
-            if started.elapsed() > Duration::from_secs(600) {
-                bail!(
-                    "llama-server did not become ready in 600 s; the end of its log ({}):\n{}",
-                    server.log.display(),
-                    server.log_tail()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(250));
+        match server.http.wait_ready(&mut server.child, READY_TIMEOUT) {
+            Ok(()) => Ok(server),
+            Err(e) => Err(anyhow!(
+                "llama-server {e}; the end of its log ({}):\n{}",
+                server.log.display(),
+                server.log_tail()
+            )),
         }
     }
 
@@ -141,27 +191,6 @@ impl Server {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(15)..].join("\n")
-    }
-
-    /// One HTTP/1.1 request on a fresh connection: (status, body).
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> anyhow::Result<(u16, String)> {
-        let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(1800)))?;
-        let body = body.unwrap_or("");
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.port,
-            body.len()
-        )?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
-        parse_response(&raw)
     }
 
     /// Greedy completion of `prompt` (token ids) for `n_predict` tokens.
@@ -177,7 +206,8 @@ impl Server {
             "stream": false,
         });
         let (status, body) = self
-            .request("POST", "/completion", Some(&req.to_string()))
+            .http
+            .request("/completion", Some(&req.to_string()))
             .context("llama-server /completion")?;
         if status != 200 {
             bail!(
@@ -217,53 +247,6 @@ pub struct Completion {
     pub tokens: Vec<u32>,
 }
 
-/// Splits an HTTP/1.1 response into status and body (Content-Length, chunked, or to the end).
-fn parse_response(raw: &[u8]) -> anyhow::Result<(u16, String)> {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .context("an HTTP answer without headers")?;
-    let head = String::from_utf8_lossy(&raw[..split]);
-    let mut body = raw[split + 4..].to_vec();
-    let status: u16 = head
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .context("an HTTP answer without a status")?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if chunked {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        loop {
-            let eol = rest
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .context("a truncated chunked HTTP body")?;
-            let size = usize::from_str_radix(
-                String::from_utf8_lossy(&rest[..eol])
-                    .split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim(),
-                16,
-            )
-            .context("a bad chunk size in an HTTP body")?;
-            rest = &rest[eol + 2..];
-            if size == 0 || rest.len() < size {
-                break;
-            }
-            out.extend_from_slice(&rest[..size]);
-            rest = &rest[(size + 2).min(rest.len())..];
-        }
-        body = out;
-    }
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
 /// Exports `model_dir` to `out_dir/model.gguf` (f16, as the bench's weights) unless it is there.
 pub fn export_model(model_dir: &Path, out_dir: &Path) -> anyhow::Result<PathBuf> {
     let gguf = out_dir.join("model.gguf");
@@ -282,14 +265,66 @@ pub fn shared_prefix(a: &[u32], b: &[u32]) -> (usize, usize) {
 mod tests {
     use super::*;
 
+    /// A one-answer server on a loopback port: the request it read comes back through the
+    /// handle.
+    fn answer_once(answer: &'static str) -> (u16, std::thread::JoinHandle<String>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handle = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream);
+            let mut head = String::new();
+            while !head.ends_with("\r\n\r\n") && reader.read_line(&mut head).unwrap() > 0 {}
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            reader.get_mut().write_all(answer.as_bytes()).unwrap();
+            head + &String::from_utf8(body).unwrap()
+        });
+        (port, handle)
+    }
+
     #[test]
-    fn responses_with_length_and_chunks() {
-        let (s, b) = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").unwrap();
-        assert_eq!((s, b.as_str()), (200, "{}"));
-        let raw = b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-        let (s, b) = parse_response(raw).unwrap();
-        assert_eq!((s, b.as_str()), (503, "abcde"));
-        assert!(parse_response(b"garbage").is_err());
+    fn the_client_posts_json_and_returns_every_status() {
+        let (port, server) = answer_once(
+            "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        );
+        let http = Loopback::new(port, Duration::from_secs(10));
+        let (status, body) = http.request("/completion", Some("{\"n\":1}")).unwrap();
+        assert_eq!((status, body.as_str()), (503, "abcde"));
+        let request = server.join().unwrap();
+        assert!(
+            request.starts_with("POST /completion HTTP/1.1\r\n"),
+            "{request}"
+        );
+        assert!(
+            request
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{request}"
+        );
+        assert!(request.ends_with("{\"n\":1}"), "{request}");
+
+        let (port, server) =
+            answer_once("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+        let (status, body) = Loopback::new(port, Duration::from_secs(10))
+            .request("/health", None)
+            .unwrap();
+        assert_eq!((status, body.as_str()), (200, "{}"));
+        assert!(
+            server
+                .join()
+                .unwrap()
+                .starts_with("GET /health HTTP/1.1\r\n")
+        );
     }
 
     #[test]

@@ -98,6 +98,42 @@ pub struct Args {
     pub gpu: super::gpu::GpuArgs,
 }
 
+impl Args {
+    /// The CPU reference for a prompt of `prompt_tokens`, with the KV cache's rounding and
+    /// window of the `--kv` flags.
+    pub fn reference<'m>(
+        &self,
+        model: &'m Model,
+        prompt_tokens: usize,
+    ) -> anyhow::Result<crate::model::Reference<'m>> {
+        let kv = self.gpu.kv.config()?;
+        let mut backend = model
+            .reference(prompt_tokens + self.generation.max_tokens)
+            .context("cannot set up the CPU reference")?;
+        backend.set_kv(
+            kv.dtype == crate::kv::KvDtype::F16,
+            kv.attention_window() as usize,
+        );
+        Ok(backend)
+    }
+
+    /// The Vulkan engine's options for `max_seq` positions: knobs, KV cache and tuning from the
+    /// flags; the logits are read back where the dump or sampling needs them.
+    pub fn engine_options(
+        &self,
+        max_seq: u32,
+    ) -> anyhow::Result<crate::exec::engine::EngineOptions> {
+        Ok(crate::exec::engine::EngineOptions {
+            knobs: self.gpu.knobs(self.mode),
+            timestamps: self.gpu.timestamps,
+            max_seq,
+            kv: self.gpu.kv.config()?,
+            logits_readback: self.generation.dump.is_some() || self.generation.temperature > 0.0,
+            tuning: self.gpu.tuning.overrides()?,
+        })
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.generation.options().validate()?;
     if let Some(dump) = &args.generation.dump {
@@ -123,32 +159,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     match args.backend {
         BackendKind::Cpu => {
-            let max_seq = ids.len() + args.generation.max_tokens;
-            let kv = args.gpu.kv.config()?;
-            let mut backend = model
-                .reference(max_seq)
-                .context("cannot set up the CPU reference")?;
-            backend.set_kv(
-                kv.dtype == crate::kv::KvDtype::F16,
-                kv.attention_window() as usize,
-            );
+            let mut backend = args.reference(&model, ids.len())?;
             run_generation(&mut backend, &model, &ids, &args.generation)?;
         }
         BackendKind::Vulkan => {
             let gpu = args.gpu.open()?;
-            let knobs = args.gpu.knobs(args.mode);
-            let kv = args.gpu.kv.config()?;
-            crate::limits::check_device(&model.config, gpu.info(), &kv, max_seq)?;
-            let opts = crate::exec::engine::EngineOptions {
-                knobs,
-                timestamps: args.gpu.timestamps,
-                max_seq,
-                kv,
-                logits_readback: args.generation.dump.is_some()
-                    || args.generation.temperature > 0.0,
-                tuning: args.gpu.tuning.overrides()?,
-            };
-            eprintln!("device: {}; {knobs}", gpu.info().name);
+            let opts = args.engine_options(max_seq)?;
+            crate::limits::check_device(&model.config, gpu.info(), &opts.kv, max_seq)?;
+            eprintln!("device: {}; {}", gpu.info().name, opts.knobs);
             let mut engine =
                 crate::exec::engine::Engine::new(&gpu, &model.config, &model.weights, opts)
                     .context("cannot set up the Vulkan decoder")?;

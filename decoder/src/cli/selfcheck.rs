@@ -30,8 +30,8 @@ pub struct Args {
 }
 
 fn pseudo(n: usize, seed: u64) -> Vec<f32> {
-    let mut rng = crate::model::rng::SplitMix64::new(seed);
-    (0..n).map(|_| rng.next_f64() as f32 * 2.0 - 1.0).collect()
+    let mut rng = profiler::rng::Rng::new(seed);
+    (0..n).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect()
 }
 
 /// rmsnorm.comp against `rmsnorm_cpu`; returns the largest absolute difference over all shapes.

@@ -1,7 +1,7 @@
 //! The paged layout's host side: a pool of fixed-size blocks with a free list, and one block
 //! table per sequence mapping logical blocks to physical ones.
 
-use crate::model::rng::SplitMix64;
+use profiler::rng::Rng;
 
 /// The free blocks of the pool. With `fragment`, the free list is shuffled once so consecutive
 /// allocations land on scattered physical blocks (as a long-running server's pool looks).
@@ -17,7 +17,7 @@ impl BlockPool {
         // Popped from the end: reversed so an unfragmented pool hands out 0, 1, 2, ...
         let mut free: Vec<u32> = (0..blocks).rev().collect();
         if fragment {
-            let mut rng = SplitMix64::new(seed);
+            let mut rng = Rng::new(seed);
             // Fisher-Yates.
             for i in (1..free.len()).rev() {
                 let j = (rng.next_u64() % (i as u64 + 1)) as usize;

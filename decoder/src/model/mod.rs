@@ -13,7 +13,6 @@
 pub mod config;
 pub mod error;
 pub mod reference;
-pub mod rng;
 pub mod safetensors_io;
 pub mod synth;
 pub mod tokenizer;

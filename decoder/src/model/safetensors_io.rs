@@ -405,15 +405,3 @@ impl SafetensorsWriter {
         }
     }
 }
-
-/// A temporary sibling of `path` (same directory, so a rename onto `path` is atomic).
-pub fn temp_sibling(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".to_string());
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    path.with_file_name(format!(".{name}.tmp-{}-{nanos}", std::process::id()))
-}

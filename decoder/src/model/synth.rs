@@ -22,12 +22,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use profiler::rng::Rng;
 use serde_json::{Value, json};
 
 use super::config::{Arch, ConfigFile, ModelConfig, WeightDtype};
 use super::error::ModelError;
-use super::rng::SplitMix64;
-use super::safetensors_io::{SafetensorsWriter, TensorEntry, temp_sibling};
+use super::safetensors_io::{SafetensorsWriter, TensorEntry};
 use super::weights::{INDEX_FILE, SINGLE_FILE, Weights, tensor_names_and_shapes};
 
 /// The seed used when none is given (and for presets generated into the cache).
@@ -458,7 +458,7 @@ pub fn write_preset(preset: Preset, out: &Path, opts: &SynthOptions) -> Result<(
             opts.shards,
             &mut |name, writer| {
                 let (center, half_width) = spec.distribution(name);
-                let mut rng = SplitMix64::for_label(opts.seed, name);
+                let mut rng = Rng::for_label(opts.seed, name);
                 let mut left = writer
                     .current()
                     .map_or(0, |e| e.shape.iter().product::<usize>());
@@ -466,7 +466,7 @@ pub fn write_preset(preset: Preset, out: &Path, opts: &SynthOptions) -> Result<(
                     let n = left.min(CHUNK_ELEMENTS);
                     values.clear();
                     while values.len() < n {
-                        let (a, b) = rng.next_pair_symmetric();
+                        let (a, b) = rng.pair_symmetric();
                         values.push(representable(center + half_width * a));
                         if values.len() < n {
                             values.push(representable(center + half_width * b));
@@ -577,8 +577,9 @@ pub fn write_model_tensors(
     Ok(())
 }
 
-/// Runs `write(tmp)` on a fresh temporary sibling directory of `out`, then renames it to `out`.
-/// Fails if `out` exists (also when another process renamed its own copy there first).
+/// Runs `write(tmp)` on a fresh hidden directory beside `out` ([`profiler::io::StagedDir`]),
+/// then renames it to `out`. Fails if `out` exists (also when another process renamed its own
+/// copy there first).
 pub fn write_atomically(
     out: &Path,
     write: impl FnOnce(&Path) -> Result<(), ModelError>,
@@ -592,18 +593,11 @@ pub fn write_atomically(
             ),
         ));
     }
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| ModelError::write(parent, e))?;
-    }
-    let tmp = temp_sibling(out);
-    std::fs::create_dir_all(&tmp).map_err(|e| ModelError::write(&tmp, e))?;
-    let result = write(&tmp)
-        .and_then(|()| std::fs::rename(&tmp, out).map_err(|e| ModelError::write(out, e)));
-    if result.is_err() {
-        // Best effort: the error being returned matters more than a leftover temporary.
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    result
+    let staged = profiler::io::StagedDir::create(out).map_err(|e| ModelError::write(out, e))?;
+    write(staged.path())?;
+    staged
+        .commit(out, false)
+        .map_err(|e| ModelError::write(out, e))
 }
 
 fn write_json(path: &Path, value: &Value) -> Result<(), ModelError> {
@@ -685,7 +679,7 @@ pub fn byte_level_bpe_json(vocab: usize, specials: &[String], bos: Option<&str>)
         add_word(&format!(" {word}"), &mut tokens);
         add_word(word, &mut tokens);
     }
-    let mut rng = SplitMix64::for_label(0, "tokenizer");
+    let mut rng = Rng::for_label(0, "tokenizer");
     let mut guard = 0u64;
     while tokens.len() < target && guard < 50_000_000 {
         guard += 1;

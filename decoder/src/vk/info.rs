@@ -1,6 +1,7 @@
 //! What a device offers that matters for decode profiling, read once from the driver.
 
 use ash::vk;
+use profiler::vulkan;
 use serde::Serialize;
 
 use super::error::{VkResult, call};
@@ -77,24 +78,6 @@ pub(crate) struct Probe {
     pub calibrated_ext: bool,
 }
 
-fn cstr(bytes: &[std::ffi::c_char]) -> String {
-    let b: Vec<u8> = bytes
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
-    String::from_utf8_lossy(&b).into_owned()
-}
-
-fn version(v: u32) -> String {
-    format!(
-        "{}.{}.{}",
-        vk::api_version_major(v),
-        vk::api_version_minor(v),
-        vk::api_version_patch(v)
-    )
-}
-
 pub(crate) fn probe(
     entry: &ash::Entry,
     instance: &ash::Instance,
@@ -107,7 +90,10 @@ pub(crate) fn probe(
         let exts = instance
             .enumerate_device_extension_properties(pd)
             .map_err(call("vkEnumerateDeviceExtensionProperties"))?;
-        let extensions: Vec<String> = exts.iter().map(|e| cstr(&e.extension_name)).collect();
+        let extensions: Vec<String> = exts
+            .iter()
+            .map(|e| vulkan::c_string(&e.extension_name))
+            .collect();
         let has = |n: &str| extensions.iter().any(|e| e == n);
 
         let mut p11 = vk::PhysicalDeviceVulkan11Properties::default();
@@ -190,13 +176,7 @@ pub(crate) fn probe(
             .max()
             .unwrap_or(0);
 
-        let device_type = match props.device_type {
-            vk::PhysicalDeviceType::DISCRETE_GPU => "discrete",
-            vk::PhysicalDeviceType::INTEGRATED_GPU => "integrated",
-            vk::PhysicalDeviceType::VIRTUAL_GPU => "virtual",
-            vk::PhysicalDeviceType::CPU => "cpu",
-            _ => "other",
-        };
+        let device_type = vulkan::device_type(props.device_type.as_raw());
         let compute_units = if sm.shader_sm_count > 0 {
             sm.shader_sm_count
         } else if amd.compute_units_per_shader_array > 0 {
@@ -221,13 +201,13 @@ pub(crate) fn probe(
 
         let info = DeviceInfo {
             index,
-            name: cstr(&props.device_name),
+            name: vulkan::c_string(&props.device_name),
             device_type: device_type.to_string(),
             vendor_id: props.vendor_id,
             device_id: props.device_id,
-            driver_name: cstr(&p12.driver_name),
-            driver_info: cstr(&p12.driver_info),
-            api_version: version(props.api_version),
+            driver_name: vulkan::c_string(&p12.driver_name),
+            driver_info: vulkan::c_string(&p12.driver_info),
+            api_version: vulkan::api_version(props.api_version),
             timestamps: props.limits.timestamp_compute_and_graphics == vk::TRUE && valid_bits > 0,
             timestamp_period_ns: props.limits.timestamp_period,
             timestamp_valid_bits: valid_bits,

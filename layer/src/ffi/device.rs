@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicU64;
 use ash::vk::{self, Handle};
 use profiler::capture::{RawDevice, RawRecord};
 use profiler::trace::{ClockMeta, DeviceMeta};
+use profiler::vulkan;
 
 use super::loader::{LayerDeviceLink, VK_LAYER_LINK_INFO, VK_LOADER_DATA_CALLBACK, find_chain};
 use super::{
@@ -18,24 +19,6 @@ use super::{
 use crate::recording::Table;
 use crate::state::{DeviceState, Level};
 
-fn c_name(bytes: &[c_char]) -> String {
-    let b: Vec<u8> = bytes
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&b).into_owned()
-}
-
-fn version(v: u32) -> String {
-    format!(
-        "{}.{}.{}",
-        vk::api_version_major(v),
-        vk::api_version_minor(v),
-        vk::api_version_patch(v)
-    )
-}
-
 unsafe fn device_meta(inst: &InstanceData, pd: vk::PhysicalDevice) -> DeviceMeta {
     let props = inst.fns.get_physical_device_properties(pd);
     let mut driver = String::new();
@@ -43,24 +26,18 @@ unsafe fn device_meta(inst: &InstanceData, pd: vk::PhysicalDevice) -> DeviceMeta
         let mut dp = vk::PhysicalDeviceDriverProperties::default();
         let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut dp);
         (inst.fns.fp_v1_1().get_physical_device_properties2)(pd, &mut p2);
-        driver = format!("{} {}", c_name(&dp.driver_name), c_name(&dp.driver_info))
-            .trim()
-            .to_owned();
+        driver = vulkan::driver(
+            &vulkan::c_string(&dp.driver_name),
+            &vulkan::c_string(&dp.driver_info),
+        );
     }
-    let device_type = match props.device_type {
-        vk::PhysicalDeviceType::DISCRETE_GPU => "discrete",
-        vk::PhysicalDeviceType::INTEGRATED_GPU => "integrated",
-        vk::PhysicalDeviceType::VIRTUAL_GPU => "virtual",
-        vk::PhysicalDeviceType::CPU => "cpu",
-        _ => "other",
-    };
     DeviceMeta {
-        name: c_name(&props.device_name),
-        device_type: device_type.into(),
+        name: vulkan::c_string(&props.device_name),
+        device_type: vulkan::device_type(props.device_type.as_raw()).into(),
         vendor_id: props.vendor_id,
         device_id: props.device_id,
         driver,
-        api_version: version(props.api_version),
+        api_version: vulkan::api_version(props.api_version),
         timestamp_period_ns: props.limits.timestamp_period as f64,
         compute_units: 0,
         memory_bandwidth_gbps: None,

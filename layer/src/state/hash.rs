@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Mixes `v` into the hash `h` (splitmix64 finaliser over h ^ v): deterministic across runs.
+use profiler::rng::{GOLDEN_GAMMA, mix64};
+
+/// Mixes `v` into the hash `h` (SplitMix64's step and output function over h ^ v, the
+/// profiler's [`mix64`]): deterministic across runs.
 pub fn mix(h: u64, v: u64) -> u64 {
-    let mut z = (h ^ v).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    mix64((h ^ v).wrapping_add(GOLDEN_GAMMA))
 }
 
 /// A hash of bytes built from [`mix`] (stable across runs and builds, unlike `DefaultHasher`).

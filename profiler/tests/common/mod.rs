@@ -1,8 +1,9 @@
 //! Shared test helpers: the committed fixture traces and golden-file comparison.
 //!
 //! Fixtures live in `tests/data/v1/` (format version 1). They are built by [`fixture_options`]
-//! with `profiler::synthetic_trace` and committed; a missing fixture is regenerated, and
-//! `UPDATE_TRACES=1` regenerates all of them. Golden outputs live in `tests/data/golden/` and are
+//! with `profiler::synthetic_trace` and committed. A missing fixture fails the test (today's
+//! writer would make a trace of today's format, not a version-1 one); `UPDATE_TRACES=1`
+//! regenerates all of them, on purpose. Golden outputs live in `tests/data/golden/` and are
 //! compared exactly; `UPDATE_GOLDEN=1 cargo test -p profiler` rewrites them (review the diff).
 
 #![allow(dead_code)]
@@ -68,13 +69,21 @@ pub const FIXTURES: [&str; 4] = [
     "fused_region_uncalibrated",
 ];
 
-/// Path of a fixture, (re)generating it when missing or when `UPDATE_TRACES=1`.
+/// Path of a committed fixture; with `UPDATE_TRACES=1` it is regenerated first. A missing one
+/// fails: the golden files were made from the committed version-1 traces.
 pub fn fixture_path(name: &str) -> PathBuf {
     let path = fixture_dir().join(format!("{name}.json"));
-    if !path.exists() || std::env::var_os("UPDATE_TRACES").is_some() {
+    if std::env::var_os("UPDATE_TRACES").is_some() {
         let trace = profiler::synthetic_trace(&fixture_options(name));
         profiler::write_trace(&path, &trace).expect("write fixture");
     }
+    assert!(
+        path.is_file(),
+        "the version-1 fixture {} is missing: restore it from git (git checkout -- {}); \
+         `UPDATE_TRACES=1 cargo test -p profiler` writes new ones in today's format on purpose",
+        path.display(),
+        path.display()
+    );
     path
 }
 

@@ -1,7 +1,8 @@
 //! Helpers shared by the end-to-end tests: the workspace root and its freshly built binaries.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -56,4 +57,29 @@ pub fn assert_stats_list_dispatches(trace: &Path) {
         .expect("stats");
     assert!(stats.status.success());
     assert!(String::from_utf8_lossy(&stats.stdout).contains("dispatches"));
+}
+
+/// Every polling loop of these tests: calls `step` every `every` until it returns a value. After
+/// `limit` it kills `child` (the process the loop watches, so that nothing outlives the test) and
+/// fails naming `what` it waited for.
+#[allow(dead_code)]
+pub fn poll<T>(
+    child: &mut Child,
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut step: impl FnMut(&mut Child) -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(done) = step(child) {
+            return done;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: not there after {} s", limit.as_secs());
+        }
+        std::thread::sleep(every);
+    }
 }

@@ -12,13 +12,14 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use profiler::stats::median;
 use profiler::trace::{Phase, TokenRecord};
 use serde::Serialize;
 
 use super::capture::with_context;
 use super::peer;
 use super::run::{ModelArgs, PromptArgs, load_model, prompt_ids};
-use crate::capture::{CaptureSpec, batch_prompts, build_trace, median};
+use crate::capture::{CaptureSpec, batch_prompts, build_trace};
 use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
 use crate::exec::knobs::{Kernels, Knobs, Mode};
 use crate::generate::{Generation, StopReason};

@@ -260,17 +260,17 @@ pub fn import_gguf(
     let generation_config = generation_config_json(&vocab);
 
     let staging = Staging::create(out_dir)?;
-    write_json(&staging.path.join("config.json"), &config)?;
+    write_json(&staging.path().join("config.json"), &config)?;
     write_json(
-        &staging.path.join("generation_config.json"),
+        &staging.path().join("generation_config.json"),
         &generation_config,
     )?;
     write_json(
-        &staging.path.join("tokenizer.json"),
+        &staging.path().join("tokenizer.json"),
         &tok_files.tokenizer_json,
     )?;
     write_json(
-        &staging.path.join("tokenizer_config.json"),
+        &staging.path().join("tokenizer_config.json"),
         &tok_files.tokenizer_config_json,
     )?;
 
@@ -280,7 +280,7 @@ pub fn import_gguf(
         &gguf,
         &plan,
         options.dtype,
-        &staging.path.join("model.safetensors"),
+        &staging.path().join("model.safetensors"),
         progress,
     )?;
     staging.commit(out_dir, options.overwrite)?;
