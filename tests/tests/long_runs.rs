@@ -41,10 +41,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use decoder::model::rng::SplitMix64;
 use decoder::model::synth::{byte_level_bpe_json, write_weights};
 use decoder::model::weights::tensor_names_and_shapes;
 use decoder::model::{ModelConfig, Tensor, WeightDtype, Weights};
+use profiler::rng::Rng;
 use serde_json::json;
 
 mod common;
@@ -128,8 +128,8 @@ fn write_model(dir: &Path) -> PathBuf {
             let data = if name.ends_with("norm.weight") {
                 vec![1.0; n]
             } else {
-                let mut rng = SplitMix64::for_label(1, &name);
-                let mut v: Vec<f32> = (0..n).map(|_| 0.1 * rng.next_pair_symmetric().0).collect();
+                let mut rng = Rng::for_label(1, &name);
+                let mut v: Vec<f32> = (0..n).map(|_| 0.1 * rng.pair_symmetric().0).collect();
                 if name == "model.embed_tokens.weight" {
                     v[0x80 * HIDDEN..0x100 * HIDDEN].fill(0.0);
                 }
