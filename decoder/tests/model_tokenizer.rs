@@ -95,6 +95,37 @@ fn stream_holds_back_a_split_character() {
 }
 
 #[test]
+fn stray_bytes_come_out_as_replacement_characters_and_the_window_stays_bounded() {
+    // A model that emits continuation bytes alone never completes a character: after four
+    // bytes held back, they come out as U+FFFD, keeping the last three (which may begin one).
+    let (_t, dir) = synth(Preset::Tiny, &SynthOptions::default());
+    let model = Model::load(&dir).unwrap();
+    let mut stream = model.tokenizer.stream();
+    let mut out = String::new();
+    for _ in 0..1_000 {
+        if let Some(piece) = stream.push(0x80).unwrap() {
+            out.push_str(&piece);
+        }
+    }
+    assert!(out.chars().all(|c| c == '\u{FFFD}'), "{out:?}");
+    assert!(
+        out.chars().count() >= 990,
+        "{} characters",
+        out.chars().count()
+    );
+    // A character that follows the stray bytes still comes out whole.
+    for b in [0xF0, 0x9F, 0x98, 0x80] {
+        if let Some(piece) = stream.push(b).unwrap() {
+            out.push_str(&piece);
+        }
+    }
+    if let Some(piece) = stream.finish().unwrap() {
+        out.push_str(&piece);
+    }
+    assert!(out.ends_with('😀'), "{:?}", &out[out.len() - 12..]);
+}
+
+#[test]
 fn large_vocabulary_is_filled_exactly_and_round_trips() {
     let specials: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         .map(String::from)

@@ -345,6 +345,9 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// The most bytes one UTF-8 character takes.
+const MAX_CHAR_BYTES: usize = 4;
+
 /// Incremental detokenization: [`TextStream::push`] returns the text that the ids so far add,
 /// once it is complete UTF-8; a token that ends inside a multi-byte character yields `None`
 /// until the rest arrives. Decoding a window of recent ids (not one id alone) keeps the spacing
@@ -375,17 +378,35 @@ impl TextStream<'_> {
     }
 
     fn emit(&mut self, force: bool) -> Result<Option<String>, ModelError> {
+        // Every token is at least one byte and a character at most four: more ids held back
+        // than that can never complete one (a model emitting stray bytes). Let out all but the
+        // last three, which may still begin a character, so that the window stays bounded.
+        let text = self.emit_to(self.ids.len(), force)?;
+        if text.is_none() && !force && self.ids.len() - self.read_offset > MAX_CHAR_BYTES {
+            return self.emit_to(self.ids.len() - (MAX_CHAR_BYTES - 1), true);
+        }
+        Ok(text)
+    }
+
+    /// Emits the text of the ids up to `end`: when it is complete UTF-8, or whatever it is
+    /// (incomplete characters as U+FFFD) when `force`.
+    fn emit_to(&mut self, end: usize, force: bool) -> Result<Option<String>, ModelError> {
         let prefix = self
             .tokenizer
             .decode(&self.ids[self.prefix_offset..self.read_offset])?;
-        let text = self.tokenizer.decode(&self.ids[self.prefix_offset..])?;
+        let text = self.tokenizer.decode(&self.ids[self.prefix_offset..end])?;
         let complete = !text.ends_with('\u{FFFD}') || force;
         if text.len() > prefix.len() && complete && text.is_char_boundary(prefix.len()) {
             let new = text[prefix.len()..].to_string();
             self.prefix_offset = self.read_offset;
-            self.read_offset = self.ids.len();
+            self.read_offset = end;
             Ok(Some(new))
         } else {
+            if force {
+                // Nothing printable (ids the decoder skips): move on all the same.
+                self.prefix_offset = self.read_offset;
+                self.read_offset = end;
+            }
             Ok(None)
         }
     }
