@@ -329,12 +329,15 @@ fn draw_footer(
 }
 
 fn save(out: &Path, name: &str, buf: Vec<u8>) -> anyhow::Result<PathBuf> {
-    let img = image::RgbImage::from_raw(W, H, buf)
-        .ok_or_else(|| anyhow::anyhow!("plot buffer of the wrong size"))?;
+    anyhow::ensure!(buf.len() == (W * H * 3) as usize, "plot buffer of the wrong size");
     let path = out.join(name);
     profiler::io::write_output(&path, |w| {
-        img.write_to(w, image::ImageFormat::Png)
-            .map_err(std::io::Error::other)
+        let mut enc = png::Encoder::new(w, W, H);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut png = enc.write_header().map_err(std::io::Error::other)?;
+        png.write_image_data(&buf).map_err(std::io::Error::other)?;
+        png.finish().map_err(std::io::Error::other)
     })
     .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
