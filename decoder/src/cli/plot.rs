@@ -329,7 +329,10 @@ fn draw_footer(
 }
 
 fn save(out: &Path, name: &str, buf: Vec<u8>) -> anyhow::Result<PathBuf> {
-    anyhow::ensure!(buf.len() == (W * H * 3) as usize, "plot buffer of the wrong size");
+    anyhow::ensure!(
+        buf.len() == (W * H * 3) as usize,
+        "plot buffer of the wrong size"
+    );
     let path = out.join(name);
     profiler::io::write_output(&path, |w| {
         let mut enc = png::Encoder::new(w, W, H);
