@@ -100,17 +100,7 @@ pub fn generate_batch(
     );
     let mut outs: Vec<Generation> = prompts
         .iter()
-        .map(|p| Generation {
-            prompt_tokens: p.len(),
-            ids: Vec::with_capacity(steps),
-            logits: Vec::new(),
-            vocab: 0,
-            text: String::new(),
-            stop: StopReason::MaxTokens,
-            prefill_ns: 0,
-            decode_ns: 0,
-            step_ns: Vec::with_capacity(steps),
-        })
+        .map(|p| Generation::started(p.len(), steps))
         .collect();
     let record =
         |outs: &mut Vec<Generation>, seq: usize, o: &StepOutput, ns: u64, prefill: bool| {
@@ -264,6 +254,21 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// Nothing generated yet from a prompt of `prompt_tokens`, with room for `steps` steps.
+    pub fn started(prompt_tokens: usize, steps: usize) -> Generation {
+        Generation {
+            prompt_tokens,
+            ids: Vec::with_capacity(steps),
+            logits: Vec::new(),
+            vocab: 0,
+            text: String::new(),
+            stop: StopReason::MaxTokens,
+            prefill_ns: 0,
+            decode_ns: 0,
+            step_ns: Vec::with_capacity(steps),
+        }
+    }
+
     /// Decode steps per second (tokens after the first, which prefill produced).
     pub fn decode_tokens_per_s(&self) -> f64 {
         let steps = self.step_ns.len().saturating_sub(1);
@@ -311,17 +316,7 @@ pub fn generate(
     let want_logits = opts.dump_logits || opts.sampling();
     let mut rng = Rng::new(opts.seed);
     let mut stream = tokenizer.stream();
-    let mut out = Generation {
-        prompt_tokens: prompt_ids.len(),
-        ids: Vec::with_capacity(opts.max_tokens),
-        logits: Vec::new(),
-        vocab: 0,
-        text: String::new(),
-        stop: StopReason::MaxTokens,
-        prefill_ns: 0,
-        decode_ns: 0,
-        step_ns: Vec::with_capacity(opts.max_tokens),
-    };
+    let mut out = Generation::started(prompt_ids.len(), opts.max_tokens);
 
     let mut input: Vec<u32> = prompt_ids.to_vec();
     let mut pos = 0usize;

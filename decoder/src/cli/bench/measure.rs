@@ -289,15 +289,8 @@ pub(super) fn measure(
     seqs.run(engine, args.max_tokens)?;
     let timed_to = engine.records().len();
     let generation = Generation {
-        prompt_tokens: prompts[0].len(),
         ids: seqs.first_ids.clone(),
-        logits: Vec::new(),
-        vocab: 0,
-        text: String::new(),
-        stop: StopReason::MaxTokens,
-        prefill_ns: 0,
-        decode_ns: 0,
-        step_ns: Vec::new(),
+        ..Generation::started(prompts[0].len(), 0)
     };
     let spec = CaptureSpec {
         model_name: args.model.model.clone(),

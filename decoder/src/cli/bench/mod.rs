@@ -22,7 +22,7 @@ use super::run::{ModelArgs, PromptArgs, load_model, prompt_ids};
 use crate::capture::{CaptureSpec, batch_prompts, build_trace};
 use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
 use crate::exec::knobs::{Kernels, Knobs, Mode};
-use crate::generate::{Generation, StopReason};
+use crate::generate::Generation;
 use crate::kv::{KvConfig, KvDtype, KvKind, PagedAttention};
 use crate::vk::{Gpu, GpuOptions};
 

@@ -79,6 +79,18 @@ impl Lower<'_> {
         );
     }
 
+    /// The `hidden x cols` weight `w` times the first `cols` values of `x`, into `Tmp` (which the
+    /// residual add after it reads): the attention output and down projections.
+    fn proj_to_tmp(&mut self, label: String, region: Region, w: Buf, x: Buf, cols: u32) {
+        let h = self.s.hidden;
+        let (w, x, y) = (
+            r(w, 0, h as u64 * cols as u64 * F16),
+            self.act(x, cols),
+            self.act(Buf::Tmp, h),
+        );
+        self.matvec(label, region, w, x, y, h, cols);
+    }
+
     /// Generic-primitive lowering of one op: its own dispatches (or transfer copy).
     pub(super) fn lower_primitive(&mut self, op: Op) {
         let h = self.s.hidden;
@@ -97,13 +109,14 @@ impl Lower<'_> {
                 StepKind::Decode => self.attention_primitive(l),
             },
             Op::OProj(l) => {
-                let qd = self.s.q_dim();
-                let (w, x, y) = (
-                    r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16),
-                    self.act(Buf::Attn, qd),
-                    self.act(Buf::Tmp, h),
+                let label = format!("L{l}.o_proj");
+                self.proj_to_tmp(
+                    label,
+                    Region::Attn(l),
+                    Buf::Wo(l),
+                    Buf::Attn,
+                    self.s.q_dim(),
                 );
-                self.matvec(format!("L{l}.o_proj"), Region::Attn(l), w, x, y, h, qd);
             }
             Op::AttnResidual(l) => self.add(format!("L{l}.attn_residual"), Region::Attn(l)),
             Op::MlpNorm(l) => {
@@ -113,13 +126,9 @@ impl Lower<'_> {
             Op::GateUpProj(l) => self.gate_up_proj(l),
             Op::SiluMul(l) => self.silu_mul(l),
             Op::DownProj(l) => {
+                let label = format!("L{l}.down_proj");
                 let inter = self.s.intermediate;
-                let (w, x, y) = (
-                    r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16),
-                    self.act(Buf::Act, inter),
-                    self.act(Buf::Tmp, h),
-                );
-                self.matvec(format!("L{l}.down_proj"), Region::Mlp(l), w, x, y, h, inter);
+                self.proj_to_tmp(label, Region::Mlp(l), Buf::WDown(l), Buf::Act, inter);
             }
             Op::MlpResidual(l) => self.add(format!("L{l}.mlp_residual"), Region::Mlp(l)),
             Op::FinalNorm => self.final_norm(),
