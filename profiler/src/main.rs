@@ -216,7 +216,8 @@ enum LayerTimestamps {
     Submit,
     /// At the start and end of every primary command buffer.
     CommandBuffer,
-    /// Around every dispatch.
+    /// Every dispatch gets the span of its interval between the program's barriers (one
+    /// timestamp per barrier); dispatches with no barrier between them share it.
     Dispatch,
 }
 
