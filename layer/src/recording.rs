@@ -14,14 +14,20 @@
 //! (the table is full) is counted under the lock as before; whether it has a slot never changes
 //! while it lives, so each recording is counted one way.
 //!
-//! At the `dispatch` timestamp level every dispatch takes the lock anyway (it gets a query
-//! pair and an op), so the table is not used there.
+//! At the `dispatch` timestamp level a slot also holds its recording's [`Timing`]: the query
+//! pairs of its dispatches and the intervals between its barriers. The recording thread takes
+//! the slot's own mutex for it (uncontended: the device's state touches it only when the
+//! recording ends or is dropped), and the device's lock only to take a new block of pairs
+//! (once per [`BLOCK_PAIRS`](crate::state::BLOCK_PAIRS) dispatches). A dispatch's op is its
+//! innermost debug label's, which the label commands leave in the slot (they take the device's
+//! lock), or else it is found from the pipeline when the recording ends.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use profiler::trace::Counters;
 
-use crate::state::{Cmd, mix};
+use crate::state::{Cmd, Timing, UNRESOLVED, mix};
 
 /// Slots in a device's table (command buffers alive at once, with room to probe).
 const SLOTS: usize = 1 << 13;
@@ -48,7 +54,6 @@ const COUNTED: usize = 7;
 /// One command buffer's commands since its last drain. Two cache lines: the handle, the hashes
 /// and the counters of the common commands share the first.
 #[repr(align(64))]
-#[derive(Default)]
 pub struct Slot {
     key: AtomicU64,
     signature: AtomicU64,
@@ -56,6 +61,28 @@ pub struct Slot {
     n: [AtomicU64; COUNTED],
     memory_barriers: AtomicU64,
     pipeline: AtomicU64,
+    /// The op of the innermost open debug label ([`UNRESOLVED`]: none open).
+    label_op: AtomicU32,
+    /// Whether the command buffer's dispatches get timestamps (a primary one of a queue
+    /// family that writes them), set when the slot is claimed.
+    timed: AtomicBool,
+    timing: Mutex<Timing>,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot {
+            key: AtomicU64::new(EMPTY),
+            signature: AtomicU64::new(0),
+            work: AtomicU64::new(0),
+            n: Default::default(),
+            memory_barriers: AtomicU64::new(0),
+            pipeline: AtomicU64::new(0),
+            label_op: AtomicU32::new(UNRESOLVED),
+            timed: AtomicBool::new(false),
+            timing: Mutex::new(Timing::default()),
+        }
+    }
 }
 
 /// What a drained slot held: counters to add, the recording's running signature and work hash
@@ -116,6 +143,42 @@ impl Slot {
             Cmd::Execute(_) => return false,
         }
         true
+    }
+
+    /// The pipeline bound last (0: none since the last drain).
+    #[inline]
+    pub fn pipeline(&self) -> u64 {
+        self.pipeline.load(Ordering::Relaxed)
+    }
+
+    /// The op of the innermost open debug label, if one is open.
+    #[inline]
+    pub fn label_op(&self) -> Option<u32> {
+        Some(self.label_op.load(Ordering::Relaxed)).filter(|&op| op != UNRESOLVED)
+    }
+
+    /// Sets the op of the innermost open debug label (`None`: none open).
+    pub fn set_label_op(&self, op: Option<u32>) {
+        self.label_op
+            .store(op.unwrap_or(UNRESOLVED), Ordering::Relaxed);
+    }
+
+    /// Whether the command buffer's dispatches are timed.
+    #[inline]
+    pub fn timed(&self) -> bool {
+        self.timed.load(Ordering::Relaxed)
+    }
+
+    /// The recording's dispatch-level timing.
+    #[inline]
+    pub fn timing(&self) -> MutexGuard<'_, Timing> {
+        self.timing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the recording's timing, leaving it empty, and forgets its labels.
+    fn take_timing(&self) -> Timing {
+        self.set_label_op(None);
+        std::mem::take(&mut *self.timing())
     }
 
     /// Takes what the slot holds, leaving it empty. Plain loads and stores suffice: a slot is
@@ -190,13 +253,15 @@ impl Table {
         None
     }
 
-    /// Gives command buffer `key` a slot (called under the device's lock); false when its
-    /// probe run is full (it is then counted under the lock).
-    pub fn claim(&self, key: u64) -> bool {
+    /// Gives command buffer `key` a slot (called under the device's lock), whose dispatches
+    /// are `timed` at the dispatch level; false when its probe run is full (it is then counted
+    /// under the lock).
+    pub fn claim(&self, key: u64, timed: bool) -> bool {
         if key == EMPTY || key == FREED {
             return false;
         }
-        if self.find(key).is_some() {
+        if let Some(s) = self.find(key) {
+            s.timed.store(timed, Ordering::Relaxed);
             return true;
         }
         let home = Self::home(key);
@@ -205,6 +270,7 @@ impl Table {
             let k = s.key.load(Ordering::Acquire);
             if k == EMPTY || k == FREED {
                 s.take();
+                s.timed.store(timed, Ordering::Relaxed);
                 s.key.store(key, Ordering::Release);
                 return true;
             }
@@ -213,12 +279,18 @@ impl Table {
     }
 
     /// Releases command buffer `key`'s slot (called under the device's lock, once the
-    /// command buffer is freed).
-    pub fn release(&self, key: u64) {
-        if let Some(s) = self.find(key) {
-            s.take();
-            s.key.store(FREED, Ordering::Release);
-        }
+    /// command buffer is freed); what its recording still held of its timing.
+    pub fn release(&self, key: u64) -> Option<Timing> {
+        let s = self.find(key)?;
+        s.take();
+        let t = s.take_timing();
+        s.key.store(FREED, Ordering::Release);
+        Some(t)
+    }
+
+    /// Takes command buffer `key`'s recording's timing (`None` without a slot).
+    pub fn take_timing(&self, key: u64) -> Option<Timing> {
+        self.find(key).map(Slot::take_timing)
     }
 
     /// Takes what command buffer `key`'s slot holds (`None` without a slot).
@@ -231,10 +303,16 @@ impl Table {
 mod tests {
     use super::*;
 
+    impl Table {
+        fn claim_untimed(&self, key: u64) -> bool {
+            self.claim(key, false)
+        }
+    }
+
     #[test]
     fn counts_reach_the_drain_and_leave_the_slot_empty() {
         let t = Table::default();
-        assert!(t.claim(0xabc));
+        assert!(t.claim_untimed(0xabc));
         let s = t.find(0xabc).expect("claimed");
         s.bind(77, 1);
         s.count(Counted::Dispatch, 2);
@@ -254,7 +332,7 @@ mod tests {
     fn the_same_commands_give_the_same_hashes_and_order_changes_only_the_signature() {
         let t = Table::default();
         for k in [1u64, 2, 3] {
-            assert!(t.claim(k));
+            assert!(t.claim_untimed(k));
         }
         let rec = |k: u64, codes: &[u64]| {
             let s = t.find(k).expect("claimed");
@@ -280,16 +358,16 @@ mod tests {
             .filter(|&k| Table::home(k) == home)
             .take(3)
             .collect();
-        assert!(t.claim(10));
+        assert!(t.claim_untimed(10));
         for &k in &same {
-            assert!(t.claim(k));
+            assert!(t.claim_untimed(k));
         }
         t.release(10);
         assert!(t.find(10).is_none());
         for &k in &same {
             assert!(t.find(k).is_some(), "{k} is found past the freed slot");
         }
-        assert!(t.claim(10));
+        assert!(t.claim_untimed(10));
         assert!(t.find(10).is_some());
     }
 
@@ -302,10 +380,10 @@ mod tests {
             .take(PROBES + 1)
             .collect();
         for &k in &same[..PROBES] {
-            assert!(t.claim(k));
+            assert!(t.claim_untimed(k));
         }
         // The run from `home` is full; a handle of the same home finds no slot.
-        assert!(!t.claim(same[PROBES]));
+        assert!(!t.claim_untimed(same[PROBES]));
         assert!(t.find(same[PROBES]).is_none());
     }
 }

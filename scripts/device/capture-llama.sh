@@ -18,7 +18,9 @@
 #    `profiler record` at each of $LEVELS (default: off submit command-buffer dispatch), after one
 #    untimed warm-up run, in $REPEATS (default 5) interleaved rounds. $LEVELS may also name
 #    `perf-logger`: llama-server without the layer, with GGML_VK_PERF_LOGGER=1 (llama.cpp's own
-#    per-op GPU timer), for what timing every op costs it. $PIN pins every run to CPUs (below).
+#    per-op GPU timer), for what timing every op costs it, and `LEVEL@NAME` the layer at
+#    $LAYER_NAME at that level (two builds of the layer in one sweep: LEVELS="dispatch
+#    dispatch@old" LAYER_OLD=path). $PIN pins every run to CPUs (below).
 # 3. `decoder capture --mode both` at the same context and length.
 # 4. One more llama-server run at `dispatch` with GGML_VK_DEBUG_MARKERS=1 (llama.cpp's pipeline
 #    names on its dispatches) and the fused preset at `--timestamps dispatch`; `profiler diff`
@@ -87,7 +89,16 @@ serve() {
     # llama.cpp's own per-op GPU timer, no layer: what timing every op costs it.
     GGML_VK_PERF_LOGGER=1 "${pin[@]}" "${server[@]}" >"$log" 2>&1 &
   else
-    "${pin[@]}" "$profiler" record --layer "$layer" --timestamps "$level" \
+    # LEVEL@NAME: the layer at $LAYER_NAME (A/B of two builds of the layer in one sweep).
+    local lay=$layer lv=$level
+    if [[ $level == *@* ]]; then
+      lv=${level%@*}
+      local var
+      var=LAYER_$(tr 'a-z-' 'A-Z_' <<<"${level#*@}")
+      lay=${!var:-}
+      [[ -f $lay ]] || { echo "capture-llama: $level needs \$$var (a layer library)" >&2; exit 2; }
+    fi
+    "${pin[@]}" "$profiler" record --layer "$lay" --timestamps "$lv" \
       --out "$trace" -- "${server[@]}" >"$log" 2>&1 &
   fi
   pid=$!

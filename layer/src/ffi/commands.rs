@@ -12,6 +12,18 @@ use super::{DeviceData, Inner, dev, now_ns, slice};
 use crate::state::{Cmd, Level, Stamp};
 
 impl DeviceData {
+    /// At the dispatch level, leaves the op of `cb`'s innermost debug label in its slot, for
+    /// the dispatches recorded without the lock.
+    fn label_changed(&self, g: &mut Inner, cb: vk::CommandBuffer) {
+        if self.level != Level::Dispatch {
+            return;
+        }
+        if let Some(s) = self.slot(cb) {
+            s.set_label_op(g.state.label_op(cb.as_raw()));
+            self.announce(g);
+        }
+    }
+
     /// Reads what `cmd`'s last submission left unread.
     unsafe fn read_unread(&self, g: &mut Inner, cmd: u64) {
         if let Some(job) = g.state.unread_of(cmd) {
@@ -55,7 +67,7 @@ pub(super) unsafe extern "system" fn destroy_command_pool(
         for c in g.state.cmds_of_pool(pool.as_raw()) {
             d.read_unread(&mut g, c);
             g.state.free_cmd(c);
-            d.release(c);
+            d.release(&mut g, c);
         }
         g.state.forget_pool(pool.as_raw());
     }
@@ -78,7 +90,7 @@ pub(super) unsafe extern "system" fn reset_command_pool(
         for c in g.state.begun_in_pool(pool.as_raw()) {
             d.read_unread(&mut g, c);
             g.state.reset_cmd(c);
-            d.discard(c);
+            d.discard(&mut g, c);
         }
     }
     f(device, pool, flags)
@@ -106,7 +118,8 @@ pub(super) unsafe extern "system" fn allocate_command_buffers(
                 i.level == vk::CommandBufferLevel::SECONDARY,
             );
             if let Some(t) = &d.recordings {
-                t.claim(cb.as_raw());
+                let timed = d.level == Level::Dispatch && g.state.can_time(cb.as_raw());
+                t.claim(cb.as_raw(), timed);
             }
         }
     }
@@ -128,7 +141,7 @@ pub(super) unsafe extern "system" fn free_command_buffers(
         for cb in slice(cbs, count) {
             d.read_unread(&mut g, cb.as_raw());
             g.state.free_cmd(cb.as_raw());
-            d.release(cb.as_raw());
+            d.release(&mut g, cb.as_raw());
         }
     }
     f(device, pool, count, cbs);
@@ -150,7 +163,7 @@ pub(super) unsafe extern "system" fn begin_command_buffer(
         let k = cb.as_raw();
         let mut g = d.lock();
         d.read_unread(&mut g, k);
-        d.discard(k);
+        d.discard(&mut g, k);
         g.state.begin_cmd(k, t0);
         if g.state.level == Level::CommandBuffer
             && g.state.can_time(k)
@@ -178,6 +191,7 @@ pub(super) unsafe extern "system" fn end_command_buffer(cb: vk::CommandBuffer) -
         let mut g = d.lock();
         d.drain(&mut g, k);
         d.close_interval(&mut g, cb);
+        d.absorb(&mut g, k);
         if g.state.level == Level::CommandBuffer
             && let Some(slot) = g.state.command_buffer_stamp(k)
         {
@@ -202,7 +216,7 @@ pub(super) unsafe extern "system" fn reset_command_buffer(
         let mut g = d.lock();
         d.read_unread(&mut g, cb.as_raw());
         g.state.reset_cmd(cb.as_raw());
-        d.discard(cb.as_raw());
+        d.discard(&mut g, cb.as_raw());
     }
     f(cb, flags)
 }
@@ -214,20 +228,28 @@ pub(super) unsafe extern "system" fn reset_command_buffer(
 #[inline]
 unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
     let Some(d) = dev(cb) else { return };
-    if !d.slot(cb).is_some_and(|s| s.record(what)) {
-        d.lock().state.record(cb.as_raw(), what);
+    match d.slot(cb) {
+        Some(s) if s.record(what) => {
+            if matches!(what, Cmd::Transfer) && d.level == Level::Dispatch {
+                s.timing().transfer();
+            }
+        }
+        _ => d.lock().state.record(cb.as_raw(), what),
     }
     call(&d.next);
 }
 
 /// A dispatch: counted, and at the dispatch level given the span of its interval
-/// ([`DeviceState::dispatch_stamp`](crate::state::DeviceState::dispatch_stamp)): a timestamp is
-/// written here only when the interval starts with this dispatch.
+/// ([`Timing`](crate::state::Timing)): a timestamp is written here only when the interval
+/// starts with this dispatch. A command buffer with a slot takes the device's lock only for a
+/// new block of pairs.
 unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
     let Some(d) = dev(cb) else { return };
     if let Some(s) = d.slot(cb) {
-        // Below the dispatch level: counted, untimed.
         s.record(Cmd::Dispatch);
+        if d.level == Level::Dispatch && s.timed() {
+            d.time_dispatch(cb, s);
+        }
         call(&d.next);
         return;
     }
@@ -255,14 +277,21 @@ unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
     call(&d.next);
 }
 
-/// A command that ends the current interval of dispatches (a barrier, executed secondaries):
-/// counted, and at the dispatch level the interval's closing timestamp is written before it.
+/// A command that ends the current interval of dispatches (a barrier): counted, and at the
+/// dispatch level the interval's closing timestamp is written before it.
 unsafe fn closing(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
     let Some(d) = dev(cb) else { return };
-    if !d.slot(cb).is_some_and(|s| s.record(what)) {
-        let mut g = d.lock();
-        d.close_interval(&mut g, cb);
-        g.state.record(cb.as_raw(), what);
+    match d.slot(cb) {
+        Some(s) if s.record(what) => {
+            if d.level == Level::Dispatch {
+                d.close_slot_interval(cb, s);
+            }
+        }
+        _ => {
+            let mut g = d.lock();
+            d.close_interval(&mut g, cb);
+            g.state.record(cb.as_raw(), what);
+        }
     }
     call(&d.next);
 }
@@ -569,7 +598,9 @@ pub(super) unsafe extern "system" fn cmd_begin_debug_utils_label(
         let name = CStr::from_ptr((*label).p_label_name)
             .to_string_lossy()
             .into_owned();
-        d.lock().state.push_label(cb.as_raw(), name);
+        let mut g = d.lock();
+        g.state.push_label(cb.as_raw(), name);
+        d.label_changed(&mut g, cb);
     }
     if let Some(f) = d.next.cmd_begin_debug_utils_label {
         f(cb, label);
@@ -578,7 +609,11 @@ pub(super) unsafe extern "system" fn cmd_begin_debug_utils_label(
 
 pub(super) unsafe extern "system" fn cmd_end_debug_utils_label(cb: vk::CommandBuffer) {
     let Some(d) = dev(cb) else { return };
-    d.lock().state.pop_label(cb.as_raw());
+    {
+        let mut g = d.lock();
+        g.state.pop_label(cb.as_raw());
+        d.label_changed(&mut g, cb);
+    }
     if let Some(f) = d.next.cmd_end_debug_utils_label {
         f(cb);
     }

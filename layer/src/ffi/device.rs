@@ -209,7 +209,8 @@ pub(super) unsafe extern "system" fn create_device(
         period_ns,
         valid_mask,
         out: output().clone(),
-        recordings: (level != Level::Dispatch).then(Table::default),
+        level,
+        recordings: Some(Table::default()),
         descriptor_writes: AtomicU64::new(0),
         inner: Mutex::new(Inner {
             state,

@@ -390,8 +390,9 @@ struct DeviceData {
     period_ns: f64,
     valid_mask: u64,
     out: Output,
-    /// Command buffers' recorded commands, counted without the lock (below the `dispatch`
-    /// level; [`crate::recording`]).
+    /// The timestamp level (the state's, readable without the lock).
+    level: Level,
+    /// Command buffers' recorded commands, counted without the lock ([`crate::recording`]).
     recordings: Option<Table>,
     /// Descriptor writes not yet added to the state (counted without the lock).
     descriptor_writes: AtomicU64,
@@ -416,17 +417,28 @@ impl DeviceData {
         }
     }
 
-    /// Forgets what `cmd` recorded without the lock (its recording is gone).
-    fn discard(&self, cmd: u64) {
+    /// Forgets what `cmd` recorded without the lock (its recording is gone), freeing the
+    /// timestamp pairs its timing held.
+    fn discard(&self, g: &mut Inner, cmd: u64) {
         if let Some(t) = &self.recordings {
             t.drain(cmd);
+            if let Some(timing) = t.take_timing(cmd) {
+                g.state.discard_timing(timing);
+            }
         }
     }
 
     /// Releases `cmd`'s slot (the command buffer is freed).
-    fn release(&self, cmd: u64) {
-        if let Some(t) = &self.recordings {
-            t.release(cmd);
+    fn release(&self, g: &mut Inner, cmd: u64) {
+        if let Some(timing) = self.recordings.as_ref().and_then(|t| t.release(cmd)) {
+            g.state.discard_timing(timing);
+        }
+    }
+
+    /// Hands the timing `cmd`'s slot recorded to the state (the recording ended).
+    fn absorb(&self, g: &mut Inner, cmd: u64) {
+        if let Some(timing) = self.recordings.as_ref().and_then(|t| t.take_timing(cmd)) {
+            g.state.absorb(cmd, timing);
         }
     }
 

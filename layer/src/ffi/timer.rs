@@ -1,13 +1,13 @@
 //! The layer's GPU timestamps: its query pools, the commands it records into the program's
 //! command buffers (and its own submit-level wrappers), and reading results back.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 
 use ash::vk::{self, Handle};
 
 use super::{DeviceData, Inner};
-use crate::state::{MAX_POOLS, POOL_PAIRS, ReadJob};
+use crate::recording::Slot;
+use crate::state::{BLOCK_PAIRS, MAX_POOLS, POOL_PAIRS, ReadJob};
 
 impl DeviceData {
     /// Creates one more query pool of [`POOL_PAIRS`] pairs; false when the driver refuses or
@@ -64,10 +64,72 @@ impl DeviceData {
         }
     }
 
-    /// Ends `cb`'s current interval of dispatches: a bottom-of-pipe timestamp into the query
-    /// [`DeviceState::close_interval`](crate::state::DeviceState::close_interval) names.
+    /// A dispatch recorded into `cb`, which has slot `s`, at the dispatch level: its pair
+    /// (the device's lock is taken only for a new block, whose queries are reset first), its
+    /// stamp, and the interval's start when it opens one. Without a pair (every pool full) it
+    /// stays untimed, counted as such at its submit.
+    pub(super) unsafe fn time_dispatch(&self, cb: vk::CommandBuffer, s: &Slot) {
+        let mut t = s.timing();
+        let pair = match t.next_pair() {
+            Some(p) => p,
+            None => {
+                // The slot's mutex is not held while the device's lock is taken: the device's
+                // state takes them in the other order.
+                drop(t);
+                let block = {
+                    let mut g = self.lock();
+                    self.take_slot(&mut g).and_then(|first| {
+                        let Some((pool, _)) = Self::query(&g, first) else {
+                            g.state.slots.put(first);
+                            return None;
+                        };
+                        self.reset(&g, cb, first, BLOCK_PAIRS);
+                        Some((first, pool))
+                    })
+                };
+                let Some((first, pool)) = block else {
+                    return;
+                };
+                t = s.timing();
+                t.add_block(first, pool.as_raw())
+            }
+        };
+        let fresh = match s.label_op() {
+            Some(op) => t.dispatch(pair, op),
+            None => t.dispatch_of_pipeline(pair, s.pipeline()),
+        };
+        if fresh && let Some(ts) = self.next.cmd_write_timestamp {
+            ts(
+                cb,
+                vk::PipelineStageFlags::TOP_OF_PIPE,
+                vk::QueryPool::from_raw(t.pool),
+                (pair % POOL_PAIRS) * 2,
+            );
+        }
+    }
+
+    /// Ends the current interval of `cb`'s recording in slot `s`: a bottom-of-pipe timestamp
+    /// into the query [`Timing::close`](crate::state::Timing::close) names.
+    pub(super) unsafe fn close_slot_interval(&self, cb: vk::CommandBuffer, s: &Slot) {
+        let mut t = s.timing();
+        if let (Some(q), Some(ts)) = (t.close(), self.next.cmd_write_timestamp) {
+            ts(
+                cb,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                vk::QueryPool::from_raw(t.pool),
+                q % (2 * POOL_PAIRS),
+            );
+        }
+    }
+
+    /// Ends `cb`'s current interval of dispatches (in its slot, or in the state for a command
+    /// buffer without one): a bottom-of-pipe timestamp into the query that names.
     pub(super) unsafe fn close_interval(&self, g: &mut Inner, cb: vk::CommandBuffer) {
         if g.state.level != crate::state::Level::Dispatch {
+            return;
+        }
+        if let Some(s) = self.slot(cb) {
+            self.close_slot_interval(cb, s);
             return;
         }
         let Some(q) = g.state.close_interval(cb.as_raw()) else {
@@ -159,12 +221,17 @@ impl DeviceData {
     /// Reads the stamps of `jobs` without waiting, one `vkGetQueryPoolResults` per run of
     /// consecutive pairs, and hands the results to the state.
     pub(super) unsafe fn read_jobs(&self, g: &mut Inner, jobs: Vec<ReadJob>) {
+        let mut slots: Vec<u32> = Vec::new();
+        let mut values: Vec<Option<u64>> = Vec::new();
         for job in jobs {
-            // The available queries of the job's pairs, by number (`2 slot + 0 or 1`).
-            let mut slots: Vec<u32> = job.stamps.iter().map(|s| s.slot).collect();
+            // The job's pairs, sorted; `values[2 i + k]` is query `k` of pair `slots[i]`, once
+            // read and available. Every query a stamp names is in a pair of the same job.
+            slots.clear();
+            slots.extend(job.stamps.iter().map(|s| s.slot));
             slots.sort_unstable();
             slots.dedup();
-            let mut values: HashMap<u32, u64> = HashMap::with_capacity(slots.len() * 2);
+            values.clear();
+            values.resize(slots.len() * 2, None);
             let mut i = 0;
             while i < slots.len() {
                 // A run: consecutive pairs of one pool.
@@ -176,30 +243,35 @@ impl DeviceData {
                 {
                     n += 1;
                 }
-                self.read_run(g, first, n as u32, &mut values);
+                self.read_run(g, first, &mut values[2 * i..2 * (i + n)]);
                 i += n;
             }
+            let value = |q: u32| {
+                let i = slots.binary_search(&(q / 2)).ok()?;
+                values[2 * i + (q % 2) as usize]
+            };
             let results: Vec<Option<(u64, u64)>> = job
                 .stamps
                 .iter()
-                .map(|s| Some((*values.get(&s.start)?, *values.get(&s.end)?)))
+                .map(|s| Some((value(s.start)?, value(s.end)?)))
                 .collect();
             g.state.read_done(&job, &results);
         }
     }
 
-    /// Reads `n` pairs from `first` into `values`: each available query's time, by number.
-    unsafe fn read_run(&self, g: &Inner, first: u32, n: u32, values: &mut HashMap<u32, u64>) {
+    /// Reads the pairs from `first` into `out` (two queries a pair): each available query's
+    /// time.
+    unsafe fn read_run(&self, g: &Inner, first: u32, out: &mut [Option<u64>]) {
         let (Some((pool, q)), Some(f)) = (Self::query(g, first), self.next.get_query_pool_results)
         else {
             return;
         };
-        let mut v = vec![0u64; n as usize * 4];
+        let mut v = vec![0u64; out.len() * 2];
         let r = f(
             self.handle,
             pool,
             q,
-            n * 2,
+            out.len() as u32,
             v.len() * 8,
             v.as_mut_ptr().cast(),
             16,
@@ -209,9 +281,9 @@ impl DeviceData {
         if r != vk::Result::SUCCESS && r != vk::Result::NOT_READY {
             return;
         }
-        for (k, pair) in v.chunks_exact(2).enumerate() {
+        for (o, pair) in out.iter_mut().zip(v.chunks_exact(2)) {
             if pair[1] != 0 {
-                values.insert(2 * first + k as u32, self.ns(pair[0]));
+                *o = Some(self.ns(pair[0]));
             }
         }
     }

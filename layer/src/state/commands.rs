@@ -48,18 +48,16 @@ pub struct CmdState {
     /// The op of a dispatch recorded now (labels and pipeline unchanged since it was found).
     op_cache: Option<u32>,
     record_start_ns: Option<u64>,
-    /// Timestamp pairs recorded into this command buffer.
+    /// Timestamp pairs recorded into this command buffer (at the dispatch level, those of the
+    /// recording's dispatches once it ended: [`DeviceState::absorb`]).
     pub stamps: Vec<Stamp>,
-    /// Dispatch level: the blocks of pairs this command buffer holds (first pair of each) and
-    /// how many pairs of the last one it used.
+    /// Dispatch level: the recording's timing while it records under the device's lock (a
+    /// command buffer without a lock-free slot).
+    timing: Timing,
+    /// Dispatch level: the blocks of pairs the ended recording holds (first pair of each).
     blocks: Vec<u32>,
-    block_used: u32,
     /// Dispatches recorded with a stamp of their own.
     pub(super) timed_dispatches: u64,
-    /// Dispatch level: the query holding the start of the current interval (the last boundary
-    /// written), and the stamps of the dispatches recorded in it since.
-    boundary: Option<u32>,
-    open: Vec<usize>,
     /// The last submission, until its stamps are read.
     pub unread: Option<Submission>,
     /// Begun since its pool's last reset (it is on the pool's list of begun command buffers).
@@ -149,7 +147,8 @@ impl DeviceState {
         if c.record_start_ns.take().is_some() {
             self.recording = self.recording.saturating_sub(1);
         }
-        let blocks = std::mem::take(&mut c.blocks);
+        let mut blocks = std::mem::take(&mut c.blocks);
+        blocks.append(&mut c.timing.blocks);
         let stamps = std::mem::take(&mut c.stamps);
         let (pool, secondary, begun) = (c.pool, c.secondary, c.begun);
         *c = CmdState {
@@ -201,6 +200,11 @@ impl DeviceState {
         let Some(c) = self.cmds.get_mut(&cmd) else {
             return;
         };
+        let timing = std::mem::take(&mut c.timing);
+        self.absorb(cmd, timing);
+        let Some(c) = self.cmds.get_mut(&cmd) else {
+            return;
+        };
         // A command-buffer stamp covers every dispatch recorded into it.
         let dispatches = c.counters.dispatches;
         if self.level == Level::CommandBuffer
@@ -238,8 +242,8 @@ impl DeviceState {
         }
         // A transfer before an interval's first dispatch: that dispatch's span starts at a
         // boundary of its own, not before the transfer.
-        if matches!(what, Cmd::Transfer) && c.open.is_empty() {
-            c.boundary = None;
+        if matches!(what, Cmd::Transfer) {
+            c.timing.transfer();
         }
     }
 
@@ -364,26 +368,19 @@ impl DeviceState {
         op
     }
 
-    /// A timestamp pair for a dispatch recorded into `cmd` at the dispatch level: from its
-    /// current block, or the first of a new one. `None` when the pools are full (the caller
-    /// may add a pool and retry) or `cmd` cannot be timed.
+    /// A timestamp pair for a dispatch recorded into `cmd` at the dispatch level under the
+    /// device's lock: from its current block, or the first of a new one. `None` when the pools
+    /// are full (the caller may add a pool and retry) or `cmd` is unknown.
     pub fn dispatch_slot(&mut self, cmd: u64) -> Option<DispatchSlot> {
         let c = self.cmds.get_mut(&cmd)?;
-        if let Some(&first) = c.blocks.last()
-            && c.block_used < BLOCK_PAIRS
-        {
-            c.block_used += 1;
-            return Some(DispatchSlot {
-                slot: first + c.block_used - 1,
-                reset: None,
-            });
+        if let Some(slot) = c.timing.next_pair() {
+            return Some(DispatchSlot { slot, reset: None });
         }
         let first = self.slots.take()?;
         let c = self.cmds.get_mut(&cmd)?;
-        c.blocks.push(first);
-        c.block_used = 1;
+        let slot = c.timing.add_block(first, 0);
         Some(DispatchSlot {
-            slot: first,
+            slot,
             reset: Some(first),
         })
     }
@@ -396,44 +393,71 @@ impl DeviceState {
     }
 
     /// The stamp of a dispatch of op `op` recorded into `cmd` with pair `slot`, at the dispatch
-    /// level. Dispatches are timed by interval: an interval runs from one boundary to the next,
-    /// and a boundary is a bottom-of-pipe timestamp written just before a barrier (or the end of
-    /// the command buffer, or executed secondaries) that follows a dispatch, where the GPU
-    /// drains for the barrier anyway ([`Self::close_interval`]). Every dispatch of an interval
-    /// gets that interval's span: one alone is timed exactly (with its barrier's wait), and
-    /// dispatches the program lets run concurrently share it. The first interval of a command
-    /// buffer, or one after a transfer, starts at a top-of-pipe timestamp before its first
-    /// dispatch, written into that dispatch's pair: true is returned when the caller must write
-    /// it (query `2 slot`).
+    /// level under the device's lock ([`Timing::dispatch`]): true when the caller must write
+    /// the interval's start (query `2 slot`).
     pub fn dispatch_stamp(&mut self, cmd: u64, slot: u32, op: u32) -> bool {
-        let Some(c) = self.cmds.get_mut(&cmd) else {
-            return false;
-        };
-        let fresh = c.boundary.is_none();
-        let start = *c.boundary.get_or_insert(2 * slot);
-        c.open.push(c.stamps.len());
-        c.stamps.push(Stamp {
-            start,
-            ..Stamp::pair(slot, op, 1)
-        });
-        c.timed_dispatches += 1;
-        fresh
+        self.cmds
+            .get_mut(&cmd)
+            .is_some_and(|c| c.timing.dispatch(slot, op))
     }
 
-    /// Ends `cmd`'s current interval before a barrier, the end of the recording or executed
-    /// secondaries: the query its dispatches end at (the caller writes it, bottom of pipe), or
-    /// `None` when no dispatch was recorded since the last boundary.
+    /// Ends `cmd`'s current interval ([`Timing::close`]): the query its dispatches end at (the
+    /// caller writes it, bottom of pipe), or `None` when no dispatch was recorded since the
+    /// last boundary.
     pub fn close_interval(&mut self, cmd: u64) -> Option<u32> {
-        let c = self.cmds.get_mut(&cmd)?;
-        let &last = c.open.last()?;
-        let end = c.stamps[last].end;
-        let shared = c.open.len() as u32;
-        for i in c.open.drain(..) {
-            c.stamps[i].end = end;
-            c.stamps[i].shared = shared;
+        self.cmds.get_mut(&cmd)?.timing.close()
+    }
+
+    /// A recording's dispatch-level timing joins `cmd`'s state when the recording ends: its
+    /// stamps (each op found now where the dispatch left it to its pipeline) are read after
+    /// its submission, and its blocks are freed with the recording.
+    pub fn absorb(&mut self, cmd: u64, mut t: Timing) {
+        for &(i, pipeline) in &t.pipelines {
+            let op = self.pipeline_op(pipeline);
+            if let Some(s) = t.stamps.get_mut(i) {
+                s.op = op;
+            }
         }
-        c.boundary = Some(end);
-        Some(end)
+        let Some(c) = self.cmds.get_mut(&cmd) else {
+            // An unknown command buffer: its pairs go back at once.
+            for b in t.blocks {
+                self.slots.put(b);
+            }
+            return;
+        };
+        c.timed_dispatches += t.stamps.len() as u64;
+        c.stamps.append(&mut t.stamps);
+        c.blocks.append(&mut t.blocks);
+    }
+
+    /// Frees the pairs of a recording's timing that never joined its state (the recording was
+    /// begun again, reset or freed before it ended).
+    pub fn discard_timing(&mut self, t: Timing) {
+        for b in t.blocks {
+            self.slots.put(b);
+        }
+    }
+
+    /// The op of a dispatch with `pipeline` bound (0: none) and no debug label: the pipeline's
+    /// debug name, else its stable `entry@HASH` label.
+    pub fn pipeline_op(&mut self, pipeline: u64) -> u32 {
+        let label = self
+            .pipeline_labels
+            .get(&pipeline)
+            .map_or("dispatch", String::as_str);
+        match self.dispatch_ops.get(label) {
+            Some(&id) => id,
+            None => {
+                let owned = label.to_owned();
+                self.dispatch_op(&owned)
+            }
+        }
+    }
+
+    /// The op of `cmd`'s innermost debug label, if it has one open.
+    pub fn label_op(&mut self, cmd: u64) -> Option<u32> {
+        let label = self.cmds.get(&cmd)?.labels.last()?.clone();
+        Some(self.dispatch_op(&label))
     }
 
     /// The slot of `cmd`'s command-buffer-level stamp (its first), if it has one.

@@ -65,6 +65,7 @@ impl Level {
 
 mod commands;
 mod hash;
+mod interval;
 mod queues;
 mod slots;
 #[cfg(test)]
@@ -72,6 +73,7 @@ mod tests;
 
 pub use commands::{Cmd, CmdState};
 pub use hash::{FastMap, KeyHasher, hash_bytes, mix};
+pub use interval::{Timing, UNRESOLVED};
 pub use queues::Completed;
 use queues::QueueInfo;
 pub use slots::{DispatchSlot, Slots};

@@ -111,6 +111,42 @@ fn labels_then_names_then_stable_pipeline_labels() {
     );
 }
 
+#[test]
+fn a_lock_free_recording_finds_its_ops_when_it_joins_the_state() {
+    // What a command buffer's slot records without the device's lock: one dispatch under a
+    // debug label (its op found by the label command), one left to its pipeline, one with no
+    // pipeline bound.
+    let mut s = state(Level::Dispatch);
+    s.allocate_cmd(7, 1, false);
+    s.begin_cmd(7, 0);
+    s.created_pipeline(100, "main", 0x1234_5678_9abc, 0);
+    s.name_pipeline(100, "matvec".into());
+    s.push_label(7, "L0.q_proj".into());
+    let labelled = s.label_op(7).expect("a label is open");
+    s.pop_label(7);
+    assert_eq!(s.label_op(7), None);
+    let mut t = Timing::default();
+    let first = s.slots.take().expect("a block");
+    t.add_block(first, 0);
+    t.dispatch(first, labelled);
+    t.close();
+    for pipeline in [100, 0] {
+        let pair = t.next_pair().expect("a pair");
+        t.dispatch_of_pipeline(pair, pipeline);
+        t.close();
+    }
+    s.absorb(7, t);
+    s.end_cmd(7, 1);
+    let ops: Vec<u32> = s.cmds[&7].stamps.iter().map(|t| t.op).collect();
+    assert_eq!(ops[0], labelled);
+    assert_eq!(ops[1], s.dispatch_op("matvec"));
+    assert_eq!(ops[2], s.dispatch_op("dispatch"));
+    assert_eq!(s.cmds[&7].timed_dispatches, 3);
+    // The recording's block goes back to the free list with it.
+    s.reset_cmd(7);
+    assert_eq!(s.slots.take(), Some(first));
+}
+
 /// Records `n` timed dispatches into command buffer 7 and submits it.
 fn timed_token(s: &mut DeviceState, n: u32, fence: u64) -> Submission {
     s.begin_cmd(7, 0);
@@ -260,6 +296,9 @@ fn dispatches_are_timed_by_the_interval_between_barriers() {
         "after a transfer the interval starts at a timestamp of its own"
     );
     assert_eq!(s.close_interval(7), Some(2 * d + 1));
+    // The recording's stamps join the command buffer's state when it ends.
+    assert!(s.cmds[&7].stamps.is_empty());
+    s.end_cmd(7, 1);
     let spans: Vec<(u32, u32, u32)> = s.cmds[&7]
         .stamps
         .iter()
@@ -276,7 +315,6 @@ fn dispatches_are_timed_by_the_interval_between_barriers() {
     );
     let _ = b;
     // Every dispatch has a span; the shared one reaches the trace with `shared` 2.
-    s.end_cmd(7, 1);
     s.submit(9, &[vec![7]], Some(3), &[], None);
     let job = s.completed(Completed::Fences(&[3])).remove(0);
     s.read_done(

@@ -1,0 +1,184 @@
+//! The `dispatch` level's timing of one command buffer's recording: timestamp pairs taken in
+//! blocks of [`BLOCK_PAIRS`], and every dispatch given the span of its interval between the
+//! program's barriers.
+//!
+//! An interval runs from one boundary to the next, and a boundary is a bottom-of-pipe timestamp
+//! written just before a barrier (or the end of the command buffer, or executed secondaries)
+//! that follows a dispatch, where the GPU drains for the barrier anyway ([`Timing::close`]).
+//! Every dispatch of an interval gets that interval's span: one alone is timed exactly (with its
+//! barrier's wait), and dispatches the program lets run concurrently share it. The first
+//! interval of a command buffer, or one after a transfer, starts at a top-of-pipe timestamp
+//! before its first dispatch, written into that dispatch's pair ([`Timing::dispatch`]).
+//!
+//! The same logic serves both ways a recording is counted: in the command buffer's lock-free
+//! slot ([`crate::recording`]), where a dispatch costs no device lock, and in its
+//! [`CmdState`](super::CmdState) under the lock (a command buffer the slot table had no room
+//! for). Either way the recording's timing joins the command buffer's state when it ends
+//! ([`DeviceState::absorb`](super::DeviceState::absorb)).
+
+use super::{BLOCK_PAIRS, Stamp};
+
+/// The op of a dispatch recorded without the device's lock and without a debug label: found
+/// from its pipeline ([`Timing::pipelines`]) when the recording joins the device's state.
+pub const UNRESOLVED: u32 = u32::MAX;
+
+/// One recording's dispatch-level timing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// The dispatches' stamps, in the order recorded.
+    pub stamps: Vec<Stamp>,
+    /// The pipeline bound at each stamp whose op is [`UNRESOLVED`]: (index in `stamps`,
+    /// pipeline handle, 0 when none was bound).
+    pub pipelines: Vec<(usize, u64)>,
+    /// The blocks of pairs this recording holds (the first pair of each).
+    pub blocks: Vec<u32>,
+    /// Pairs of the last block in use.
+    used: u32,
+    /// The last block's query pool, as the ffi side's raw handle: every query the recording
+    /// still writes (a start for the current dispatch, a boundary after it) is in that block.
+    pub pool: u64,
+    /// The query holding the start of the current interval (the last boundary written).
+    boundary: Option<u32>,
+    /// The stamps of the dispatches recorded since that boundary.
+    open: Vec<usize>,
+}
+
+impl Timing {
+    /// The next pair of the current block; `None` when a new block is needed
+    /// ([`Timing::add_block`]).
+    pub fn next_pair(&mut self) -> Option<u32> {
+        let &first = self.blocks.last()?;
+        if self.used >= BLOCK_PAIRS {
+            return None;
+        }
+        self.used += 1;
+        Some(first + self.used - 1)
+    }
+
+    /// A new block, from pair `first`, in query pool `pool`; returns its first pair (taken).
+    pub fn add_block(&mut self, first: u32, pool: u64) -> u32 {
+        self.blocks.push(first);
+        self.used = 1;
+        self.pool = pool;
+        first
+    }
+
+    /// The stamp of a dispatch of op `op` with pair `slot`; true when the caller must write the
+    /// interval's start (top of pipe, query `2 slot`): the first interval of the recording, or
+    /// the first after a transfer.
+    pub fn dispatch(&mut self, slot: u32, op: u32) -> bool {
+        let fresh = self.boundary.is_none();
+        let start = *self.boundary.get_or_insert(2 * slot);
+        self.open.push(self.stamps.len());
+        self.stamps.push(Stamp {
+            start,
+            ..Stamp::pair(slot, op, 1)
+        });
+        fresh
+    }
+
+    /// A dispatch of op [`UNRESOLVED`] whose pipeline is `pipeline` (0: none bound).
+    pub fn dispatch_of_pipeline(&mut self, slot: u32, pipeline: u64) -> bool {
+        self.pipelines.push((self.stamps.len(), pipeline));
+        self.dispatch(slot, UNRESOLVED)
+    }
+
+    /// Ends the current interval before a barrier, the end of the recording or executed
+    /// secondaries: the query its dispatches end at (the caller writes it, bottom of pipe), or
+    /// `None` when no dispatch was recorded since the last boundary.
+    pub fn close(&mut self) -> Option<u32> {
+        let &last = self.open.last()?;
+        let end = self.stamps[last].end;
+        let shared = self.open.len() as u32;
+        for i in self.open.drain(..) {
+            self.stamps[i].end = end;
+            self.stamps[i].shared = shared;
+        }
+        self.boundary = Some(end);
+        Some(end)
+    }
+
+    /// A transfer: a dispatch after it starts an interval at a boundary of its own, unless the
+    /// current interval already has dispatches (the transfer then runs within it).
+    pub fn transfer(&mut self) {
+        if self.open.is_empty() {
+            self.boundary = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> Timing {
+        let mut t = Timing::default();
+        t.add_block(64, 9);
+        t
+    }
+
+    #[test]
+    fn pairs_come_from_the_block_until_it_is_used_up() {
+        let mut t = Timing::default();
+        assert_eq!(t.next_pair(), None, "no block yet");
+        assert_eq!(t.add_block(32, 1), 32);
+        for k in 1..BLOCK_PAIRS {
+            assert_eq!(t.next_pair(), Some(32 + k));
+        }
+        assert_eq!(t.next_pair(), None);
+        assert_eq!(t.add_block(96, 2), 96);
+        assert_eq!(t.next_pair(), Some(97));
+        assert_eq!((t.blocks.clone(), t.pool), (vec![32, 96], 2));
+    }
+
+    #[test]
+    fn an_interval_is_shared_by_its_dispatches_and_starts_where_the_last_ended() {
+        let mut t = timing();
+        assert!(
+            t.dispatch(64, 0),
+            "the first interval starts with a timestamp of its own"
+        );
+        let b = t.next_pair().expect("pair");
+        assert!(!t.dispatch(b, 1));
+        assert_eq!(t.close(), Some(2 * b + 1));
+        assert_eq!(t.close(), None, "no dispatch since the boundary");
+        let c = t.next_pair().expect("pair");
+        assert!(!t.dispatch(c, 2));
+        assert_eq!(t.close(), Some(2 * c + 1));
+        let s = &t.stamps;
+        assert_eq!((s[0].start, s[0].end, s[0].shared), (128, 2 * b + 1, 2));
+        assert_eq!((s[1].start, s[1].end, s[1].shared), (128, 2 * b + 1, 2));
+        assert_eq!(
+            (s[2].start, s[2].end, s[2].shared),
+            (2 * b + 1, 2 * c + 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_transfer_between_intervals_starts_a_fresh_one_but_not_inside_one() {
+        let mut t = timing();
+        t.dispatch(64, 0);
+        t.close();
+        t.transfer();
+        let b = t.next_pair().expect("pair");
+        assert!(t.dispatch(b, 0), "after a transfer: a start of its own");
+        t.transfer();
+        let c = t.next_pair().expect("pair");
+        assert!(
+            !t.dispatch(c, 0),
+            "the transfer ran inside the open interval"
+        );
+        assert_eq!(t.close(), Some(2 * c + 1));
+        assert_eq!(t.stamps[2].start, 2 * b);
+    }
+
+    #[test]
+    fn unresolved_ops_remember_their_pipeline() {
+        let mut t = timing();
+        t.dispatch(64, 5);
+        let b = t.next_pair().expect("pair");
+        t.dispatch_of_pipeline(b, 0xfeed);
+        assert_eq!(t.stamps[1].op, UNRESOLVED);
+        assert_eq!(t.pipelines, vec![(1, 0xfeed)]);
+    }
+}
