@@ -1,11 +1,17 @@
 //! The raw record stream and the live file.
 //!
 //! Records go to one file of JSON lines per process, `layer.PID.jsonl` in
-//! `$DECODESCOPE_CAPTURE_DIR` (a folder `profiler record` made and owns). The program's threads
-//! only hand records to a writer thread over a channel: serializing a wait group (hundreds of
-//! spans for a runtime that records every token) happens there, off the program's critical
-//! path. The writer writes each record as one line as soon as it arrives, so what a dead
-//! program leaves behind is every record it had handed over by then.
+//! `$DECODESCOPE_CAPTURE_DIR` (a folder `profiler record` made and owns). Every record reaches
+//! the file as soon as it is made, so what a dead program leaves behind is every record it had
+//! made by then, in order:
+//!
+//! - a small record (a wait group of at most [`INLINE_SPANS`] spans, an op, a queue) is written
+//!   by the program's thread itself when nothing is queued for the writer thread: a few
+//!   microseconds of serializing and one `write`, where waking another thread costs more (and on
+//!   a busy machine takes a core from the program). A runtime that waits after every dispatch
+//!   closes a small group per dispatch;
+//! - a large wait group (hundreds of spans for a runtime that records a token at a time) goes
+//!   over a channel to the writer thread, which serializes it off the program's critical path.
 //!
 //! The live file `live.PID` (`profiler::capture::parse_live` documents its words) is a shared
 //! mapping that the program's threads update with plain stores at every submit: when the
@@ -15,8 +21,9 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use profiler::capture::{
@@ -26,10 +33,77 @@ use profiler::trace::{Counters, HostSpan};
 
 use crate::state::{Closed, DeviceState};
 
+/// A wait group with at most this many host and GPU spans is written by the thread that
+/// closed it (when the writer thread has nothing queued).
+pub const INLINE_SPANS: usize = 64;
+
 enum Msg {
     Record(Box<RawRecord>),
     Group(Box<Closed>),
     Flush(SyncSender<()>),
+}
+
+/// The file and what was queued for the writer thread and not yet written: a record is
+/// written in place only when nothing is, so the file keeps the order records were made in.
+#[derive(Debug)]
+struct Stream {
+    sink: Mutex<Sink>,
+    queued: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct Sink {
+    file: BufWriter<File>,
+    path: PathBuf,
+    /// False once a write failed (tracing stops there; said once).
+    ok: bool,
+    /// A reused buffer for serializing a record before the file's lock is taken.
+    line: Vec<u8>,
+}
+
+impl Stream {
+    fn sink(&self) -> MutexGuard<'_, Sink> {
+        self.sink.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Sink {
+    /// Writes one serialized line and, with `flush`, hands the file's buffer to the kernel.
+    fn write_line(&mut self, line: &[u8], flush: bool) {
+        if !self.ok {
+            return;
+        }
+        let r = self
+            .file
+            .write_all(line)
+            .and_then(|()| if flush { self.file.flush() } else { Ok(()) });
+        self.report(r);
+    }
+
+    fn flush(&mut self) {
+        if self.ok {
+            let r = self.file.flush();
+            self.report(r);
+        }
+    }
+
+    fn report(&mut self, r: std::io::Result<()>) {
+        if let Err(e) = r {
+            eprintln!(
+                "decodescope layer: cannot write {}: {e}; tracing stops here",
+                self.path.display()
+            );
+            self.ok = false;
+        }
+    }
+}
+
+/// `rec` as one JSON line into `buf` (cleared first).
+fn serialize(rec: &RawRecord, buf: &mut Vec<u8>) {
+    buf.clear();
+    // Serializing these plain structs into memory cannot fail.
+    let _ = serde_json::to_writer(&mut *buf, rec);
+    buf.push(b'\n');
 }
 
 /// A handle on the process's raw stream; cloning shares it. A disabled output (no capture
@@ -37,6 +111,7 @@ enum Msg {
 #[derive(Clone, Debug)]
 pub struct Output {
     tx: Option<Sender<Msg>>,
+    stream: Option<Arc<Stream>>,
     live: Option<&'static [AtomicU64]>,
 }
 
@@ -44,6 +119,7 @@ impl Output {
     pub fn disabled() -> Output {
         Output {
             tx: None,
+            stream: None,
             live: None,
         }
     }
@@ -63,16 +139,30 @@ impl Output {
                 return Output::disabled();
             }
         };
+        let stream = Arc::new(Stream {
+            sink: Mutex::new(Sink {
+                file: BufWriter::with_capacity(1 << 16, file),
+                path,
+                ok: true,
+                line: Vec::new(),
+            }),
+            queued: AtomicUsize::new(0),
+        });
         let (tx, rx) = mpsc::channel();
+        let theirs = stream.clone();
         let spawned = std::thread::Builder::new()
             .name("decodescope-writer".into())
-            .spawn(move || writer(path, BufWriter::with_capacity(1 << 16, file), rx));
+            .spawn(move || writer(&theirs, rx));
         if let Err(e) = spawned {
             eprintln!("decodescope layer: cannot start its writer thread: {e}; not traced");
             return Output::disabled();
         }
         let live = crate::ffi::map_live(&Path::new(dir).join(format!("live.{pid}")));
-        let out = Output { tx: Some(tx), live };
+        let out = Output {
+            tx: Some(tx),
+            stream: Some(stream),
+            live,
+        };
         out.write(RawRecord::Process(RawProcess {
             raw_version: RAW_VERSION,
             pid,
@@ -89,26 +179,66 @@ impl Output {
         self.tx.is_some()
     }
 
+    /// Writes `rec` in place when nothing is queued for the writer thread; gives it back
+    /// otherwise.
+    fn inline(&self, rec: RawRecord) -> Option<RawRecord> {
+        let Some(stream) = &self.stream else {
+            return None;
+        };
+        if stream.queued.load(Ordering::Acquire) != 0 {
+            return Some(rec);
+        }
+        let mut sink = stream.sink();
+        // Checked again under the file's lock: the writer thread counts a message done only
+        // once it is in the file's buffer, and only under this lock.
+        if stream.queued.load(Ordering::Acquire) != 0 {
+            return Some(rec);
+        }
+        let mut line = std::mem::take(&mut sink.line);
+        serialize(&rec, &mut line);
+        sink.write_line(&line, true);
+        sink.line = line;
+        None
+    }
+
+    fn send(&self, msg: Msg) {
+        if let (Some(tx), Some(stream)) = (&self.tx, &self.stream) {
+            stream.queued.fetch_add(1, Ordering::AcqRel);
+            if tx.send(msg).is_err() {
+                stream.queued.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
     pub fn write(&self, rec: RawRecord) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Msg::Record(Box::new(rec)));
+        if let Some(rec) = self.inline(rec) {
+            self.send(Msg::Record(Box::new(rec)));
         }
     }
 
     pub fn group(&self, g: Closed) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Msg::Group(Box::new(g)));
+        if self.stream.is_none() {
+            return;
+        }
+        if g.host.len() + g.gpu.len() <= INLINE_SPANS {
+            if let Some(RawRecord::Group(r)) = self.inline(RawRecord::Group(raw_group(g))) {
+                self.send(Msg::Record(Box::new(RawRecord::Group(r))));
+            }
+        } else {
+            self.send(Msg::Group(Box::new(g)));
         }
     }
 
-    /// Waits (at most a few seconds) until the writer has written everything sent so far.
+    /// Waits (at most a few seconds) until everything made so far is written.
     pub fn flush(&self) {
-        if let Some(tx) = &self.tx {
-            let (done, wait) = mpsc::sync_channel(1);
-            if tx.send(Msg::Flush(done)).is_ok() {
-                let _ = wait.recv_timeout(Duration::from_secs(5));
-            }
+        let Some(stream) = &self.stream else { return };
+        if stream.queued.load(Ordering::Acquire) == 0 {
+            stream.sink().flush();
+            return;
         }
+        let (done, wait) = mpsc::sync_channel(1);
+        self.send(Msg::Flush(done));
+        let _ = wait.recv_timeout(Duration::from_secs(5));
     }
 
     /// Copies what `state` counted so far into the device's slot of the live file.
@@ -131,48 +261,34 @@ impl Output {
     }
 }
 
-fn writer(path: PathBuf, mut file: BufWriter<File>, rx: Receiver<Msg>) {
-    let mut ok = true;
+fn writer(stream: &Stream, rx: Receiver<Msg>) {
+    let mut line = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
         while let Some(msg) = next {
-            match msg {
-                Msg::Record(r) => ok = ok && line(&mut file, &r, &path),
+            let flushed = match msg {
+                Msg::Record(r) => {
+                    serialize(&r, &mut line);
+                    None
+                }
                 Msg::Group(g) => {
-                    ok = ok && line(&mut file, &RawRecord::Group(raw_group(*g)), &path)
+                    serialize(&RawRecord::Group(raw_group(*g)), &mut line);
+                    None
                 }
                 Msg::Flush(done) => {
-                    ok = ok && flush(&mut file, &path);
-                    let _ = done.send(());
+                    line.clear();
+                    Some(done)
                 }
-            }
+            };
             next = rx.try_recv().ok();
-        }
-        // Nothing more queued: what was written reaches the file before the writer sleeps.
-        ok = ok && flush(&mut file, &path);
-    }
-}
-
-fn line(file: &mut BufWriter<File>, rec: &RawRecord, path: &Path) -> bool {
-    let r = serde_json::to_writer(&mut *file, rec)
-        .map_err(std::io::Error::other)
-        .and_then(|()| file.write_all(b"\n"));
-    report(r, path)
-}
-
-fn flush(file: &mut BufWriter<File>, path: &Path) -> bool {
-    report(file.flush(), path)
-}
-
-fn report(r: std::io::Result<()>, path: &Path) -> bool {
-    match r {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!(
-                "decodescope layer: cannot write {}: {e}; tracing stops here",
-                path.display()
-            );
-            false
+            let mut sink = stream.sink();
+            // Nothing more queued: what was written reaches the file before the writer sleeps.
+            sink.write_line(&line, next.is_none());
+            if let Some(done) = flushed {
+                sink.flush();
+                let _ = done.send(());
+            }
+            stream.queued.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

@@ -15,9 +15,6 @@ impl DeviceData {
     /// At the dispatch level, leaves the op of `cb`'s innermost debug label in its slot, for
     /// the dispatches recorded without the lock.
     fn label_changed(&self, g: &mut Inner, cb: vk::CommandBuffer) {
-        if self.level != Level::Dispatch {
-            return;
-        }
         if let Some(s) = self.slot(cb) {
             s.set_label_op(g.state.label_op(cb.as_raw()));
             self.announce(g);
@@ -594,7 +591,8 @@ pub(super) unsafe extern "system" fn cmd_begin_debug_utils_label(
     label: *const vk::DebugUtilsLabelEXT<'_>,
 ) {
     let Some(d) = dev(cb) else { return };
-    if !label.is_null() && !(*label).p_label_name.is_null() {
+    // Labels name dispatches' ops, which only the dispatch level has.
+    if d.level == Level::Dispatch && !label.is_null() && !(*label).p_label_name.is_null() {
         let name = CStr::from_ptr((*label).p_label_name)
             .to_string_lossy()
             .into_owned();
@@ -609,7 +607,7 @@ pub(super) unsafe extern "system" fn cmd_begin_debug_utils_label(
 
 pub(super) unsafe extern "system" fn cmd_end_debug_utils_label(cb: vk::CommandBuffer) {
     let Some(d) = dev(cb) else { return };
-    {
+    if d.level == Level::Dispatch {
         let mut g = d.lock();
         g.state.pop_label(cb.as_raw());
         d.label_changed(&mut g, cb);
