@@ -9,7 +9,9 @@
 # Uses $PROFILER and $DECODER (default: the debug builds in $CARGO_TARGET_DIR) and the layer
 # beside the profiler. The decoder runs with its own timestamps off, so every GPU timestamp in
 # the run is the layer's. Each cell is the median of REPEATS runs, the levels taking turns (the
-# machine is shared: read differences of a few percent as noise).
+# machine is shared: read differences of a few percent as noise). $LEVELS (default: off submit
+# command-buffer dispatch) may name LEVEL@NAME: the layer at $LAYER_NAME at that level, to compare
+# two builds of the layer in one run; $MODES (default: fused generic) picks the presets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profiler=${PROFILER:-}
@@ -39,10 +41,11 @@ median() {
   sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 
-levels=(none off submit command-buffer dispatch)
+read -r -a levels <<<"none ${LEVELS:-off submit command-buffer dispatch}"
+read -r -a modes <<<"${MODES:-fused generic}"
 echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer |"
 echo "|---|---|---|---|---|---|"
-for mode in fused generic; do
+for mode in "${modes[@]}"; do
   # Repeats outside, levels inside: a slow drift of the shared machine's load reaches every
   # level alike instead of one level's whole block of runs.
   declare -A runs=()
@@ -53,7 +56,15 @@ for mode in fused generic; do
       if [[ $level == none ]]; then
         "$DECODER" "${args[@]}" >/dev/null 2>&1
       else
-        "$PROFILER" record --timestamps "$level" --out "$work/layer.json" -- \
+        layer=()
+        lv=$level
+        if [[ $level == *@* ]]; then
+          lv=${level%@*}
+          var=LAYER_$(tr 'a-z-' 'A-Z_' <<<"${level#*@}")
+          [[ -f ${!var:-} ]] || { echo "layer-overhead: $level needs \$$var (a layer library)" >&2; exit 2; }
+          layer=(--layer "${!var}")
+        fi
+        "$PROFILER" record "${layer[@]}" --timestamps "$lv" --out "$work/layer.json" -- \
           "$DECODER" "${args[@]}" >/dev/null 2>&1
       fi
       runs[$level.$rep]=$(medians "$work/own.json")

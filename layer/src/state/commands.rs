@@ -308,11 +308,13 @@ impl DeviceState {
             label.push_str(&format!("+{:04x}", spec as u16));
         }
         self.pipeline_labels.entry(pipeline).or_insert(label);
+        self.pipeline_ops.remove(&pipeline);
     }
 
     /// `vkSetDebugUtilsObjectNameEXT` on a pipeline.
     pub fn name_pipeline(&mut self, pipeline: u64, name: String) {
         self.pipeline_labels.insert(pipeline, name);
+        self.pipeline_ops.remove(&pipeline);
         for c in self.cmds.values_mut() {
             if c.pipeline == Some(pipeline) {
                 c.op_cache = None;
@@ -441,6 +443,15 @@ impl DeviceState {
     /// The op of a dispatch with `pipeline` bound (0: none) and no debug label: the pipeline's
     /// debug name, else its stable `entry@HASH` label.
     pub fn pipeline_op(&mut self, pipeline: u64) -> u32 {
+        if let Some(&op) = self.pipeline_ops.get(&pipeline) {
+            return op;
+        }
+        let op = self.find_pipeline_op(pipeline);
+        self.pipeline_ops.insert(pipeline, op);
+        op
+    }
+
+    fn find_pipeline_op(&mut self, pipeline: u64) -> u32 {
         let label = self
             .pipeline_labels
             .get(&pipeline)

@@ -219,6 +219,8 @@ pub struct DeviceState {
     /// token, having used a few).
     pool_begun: FastMap<u64, Vec<u64>>,
     pipeline_labels: FastMap<u64, String>,
+    /// The op of each pipeline's dispatches without a label (found from `pipeline_labels`).
+    pipeline_ops: FastMap<u64, u32>,
     /// Shader modules' code hashes.
     modules: FastMap<u64, u64>,
     dispatch_ops: HashMap<String, u32>,
@@ -255,6 +257,7 @@ impl DeviceState {
             pool_family: FastMap::default(),
             pool_begun: FastMap::default(),
             pipeline_labels: FastMap::default(),
+            pipeline_ops: FastMap::default(),
             modules: FastMap::default(),
             dispatch_ops: HashMap::new(),
             region_ops: HashMap::new(),

@@ -142,6 +142,9 @@ fn a_lock_free_recording_finds_its_ops_when_it_joins_the_state() {
     assert_eq!(ops[1], s.dispatch_op("matvec"));
     assert_eq!(ops[2], s.dispatch_op("dispatch"));
     assert_eq!(s.cmds[&7].timed_dispatches, 3);
+    // A pipeline named later names the dispatches recorded after.
+    s.name_pipeline(100, "matvec_q8".into());
+    assert_eq!(s.pipeline_op(100), s.dispatch_op("matvec_q8"));
     // The recording's block goes back to the free list with it.
     s.reset_cmd(7);
     assert_eq!(s.slots.take(), Some(first));
