@@ -3,6 +3,7 @@
 //! - [`reader`]: the GGUF container (header, metadata of every value type, tensor infos,
 //!   alignment, tensor data), versions 2 and 3.
 //! - [`dequant`]: ggml tensor types and their block layouts, dequantized to `f32`.
+//! - [`quantize`]: llama.cpp's reference quantizers and its per-tensor type choice.
 //! - [`tokenizer`]: `tokenizer.json` / `tokenizer_config.json` from `tokenizer.ggml.*`.
 //! - [`import`]: the whole conversion, written atomically into a checkpoint directory that the
 //!   normal Hugging Face loader reads with no GGUF special case.
@@ -10,6 +11,7 @@
 pub mod dequant;
 pub mod export;
 pub mod import;
+pub mod quantize;
 pub mod reader;
 pub mod tokenizer;
 
