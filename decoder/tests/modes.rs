@@ -10,6 +10,7 @@ use decoder::exec::engine::{Engine, EngineOptions, Timestamps};
 use decoder::exec::knobs::{Descriptors, Kernels, Knobs, Mode, Recording, Submit, Sync};
 use decoder::generate::Backend;
 use decoder::generate::{GenerateOptions, Generation, generate};
+use decoder::gguf::quantize::{QuantScheme, quantize_weights};
 use decoder::kv::KvConfig;
 use decoder::model::Model;
 use decoder::vk::Gpu;
@@ -108,12 +109,81 @@ fn assert_matches(what: &str, got: &Generation, want: &Generation) {
 
 fn check(model_name: &str, steps: usize, settings: &[(String, Knobs)]) {
     let model = load_model(model_name).expect("load the model (run scripts/setup.sh for smollm2)");
-    let ids = prompt(&model);
-    let want = reference(&model, &ids, steps);
+    check_model(model_name, &model, steps, settings);
+}
+
+fn check_model(model_name: &str, model: &Model, steps: usize, settings: &[(String, Knobs)]) {
+    let ids = prompt(model);
+    let want = reference(model, &ids, steps);
     for (name, knobs) in settings {
-        let got = on_gpu(&model, *knobs, &ids, steps);
+        let got = on_gpu(model, *knobs, &ids, steps);
         assert_matches(&format!("{model_name} {name} ({knobs})"), &got, &want);
     }
+}
+
+/// `tiny` with its matrices in GGUF blocks as llama-quantize gives them for `scheme`.
+fn quantized_tiny(scheme: QuantScheme) -> Model {
+    let mut model = load_model("tiny").expect("tiny");
+    model.weights =
+        quantize_weights(&model.config, &model.weights, scheme).expect("quantize tiny's weights");
+    model
+}
+
+/// Both presets on `tiny` in every quantized scheme: Q8_0, Q4_0 and Q4_1 (the tied embedding and
+/// lm_head Q6_K for the 4-bit ones), and Q4_K_M (Q4_K, with Q6_K for the output and for `v_proj`
+/// and `down_proj` of layers 2 and 3: stacked weights of two types). The GPU decodes the blocks
+/// where it reads them; the reference computes with the same blocks dequantized.
+#[test]
+fn presets_match_reference_on_quantized_tiny() {
+    for scheme in [
+        QuantScheme::Q8_0,
+        QuantScheme::Q4_0,
+        QuantScheme::Q4_1,
+        QuantScheme::Q4KM,
+    ] {
+        let model = quantized_tiny(scheme);
+        let types = decoder::exec::program::WeightTypes::of(&model.weights);
+        assert!(!types.all_f16(), "{scheme:?}: the weights are blocks");
+        check_model(
+            &format!("tiny {scheme:?} ({})", types.describe()),
+            &model,
+            32,
+            &presets(),
+        );
+    }
+}
+
+/// The persistent kernel reads f16 only: quantized weights are refused with a sentence, never
+/// run wrong.
+#[test]
+fn persistent_kernel_refuses_quantized_weights() {
+    let model = quantized_tiny(QuantScheme::Q8_0);
+    let knobs = Knobs {
+        kernels: Kernels::Persistent,
+        ..Knobs::preset(Mode::Fused)
+    };
+    let err = common::with_gpu(|gpu| {
+        match Engine::new(
+            gpu,
+            &model.config,
+            &model.weights,
+            EngineOptions {
+                knobs,
+                timestamps: Timestamps::Off,
+                max_seq: 16,
+                kv: KvConfig::default(),
+                logits_readback: true,
+                tuning: Default::default(),
+            },
+        ) {
+            Ok(_) => panic!("the persistent kernel accepted Q8_0 weights"),
+            Err(e) => e.to_string(),
+        }
+    });
+    assert!(
+        err.contains("--kernels persistent reads f16 weights only") && err.contains("q8_0"),
+        "{err}"
+    );
 }
 
 fn presets() -> Vec<(String, Knobs)> {

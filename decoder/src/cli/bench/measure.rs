@@ -322,7 +322,7 @@ pub(super) fn measure(
         .with_context(|| format!("cannot write {}", file.display()))?;
     let shape = engine.shape();
     let kv_row_bytes = shape.kv_dim() as u64 * kv.dtype.bytes();
-    let bytes_per_step = shape.weight_bytes_per_token() as f64
+    let bytes_per_step = shape.weight_bytes_per_token(engine.weight_types()) as f64
         + m.kv_positions * 2.0 * shape.layers as f64 * kv_row_bytes as f64;
     let wall_s = m.wall_us * 1e-6;
     Ok(Row {

@@ -11,6 +11,7 @@ use profiler::trace::OpInfo;
 use super::kernels::*;
 use super::knobs::Kernels;
 use crate::kv::KvGeometry;
+use crate::model::{WeightType, Weights};
 use crate::shaders::Shader;
 use crate::shaders::spec as id;
 
@@ -35,6 +36,107 @@ pub struct Shape {
     pub qk_norm: bool,
     /// Positions one sequence can hold (prompt and generated tokens).
     pub max_seq: u32,
+}
+
+/// The storage type of one layer's matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerTypes {
+    pub q: WeightType,
+    pub k: WeightType,
+    pub v: WeightType,
+    pub o: WeightType,
+    pub gate: WeightType,
+    pub up: WeightType,
+    pub down: WeightType,
+}
+
+impl LayerTypes {
+    pub const F16: LayerTypes = LayerTypes {
+        q: WeightType::F16,
+        k: WeightType::F16,
+        v: WeightType::F16,
+        o: WeightType::F16,
+        gate: WeightType::F16,
+        up: WeightType::F16,
+        down: WeightType::F16,
+    };
+}
+
+/// The storage type of every matrix (each tensor keeps its own, as a GGUF file gives it): part of
+/// the model description every lowering reads, beside [`Shape`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightTypes {
+    pub embed: WeightType,
+    /// The output projection's (the embedding's when tied).
+    pub lm_head: WeightType,
+    pub layers: Vec<LayerTypes>,
+}
+
+impl WeightTypes {
+    /// Every matrix f16, for `layers` layers.
+    pub fn f16(layers: u32) -> Self {
+        Self {
+            embed: WeightType::F16,
+            lm_head: WeightType::F16,
+            layers: vec![LayerTypes::F16; layers as usize],
+        }
+    }
+
+    /// The types of `w`'s matrices.
+    pub fn of(w: &Weights) -> Self {
+        Self {
+            embed: w.embed_tokens.wtype(),
+            lm_head: w.lm_head().wtype(),
+            layers: w
+                .layers
+                .iter()
+                .map(|l| LayerTypes {
+                    q: l.q_proj.wtype(),
+                    k: l.k_proj.wtype(),
+                    v: l.v_proj.wtype(),
+                    o: l.o_proj.wtype(),
+                    gate: l.gate_proj.wtype(),
+                    up: l.up_proj.wtype(),
+                    down: l.down_proj.wtype(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Layer `l`'s types (f16 past the end).
+    pub fn layer(&self, l: u32) -> LayerTypes {
+        self.layers
+            .get(l as usize)
+            .copied()
+            .unwrap_or(LayerTypes::F16)
+    }
+
+    /// Every distinct type, sorted (`[F16]` for an f16 model).
+    pub fn distinct(&self) -> Vec<WeightType> {
+        let mut v = vec![self.embed, self.lm_head];
+        for l in &self.layers {
+            v.extend([l.q, l.k, l.v, l.o, l.gate, l.up, l.down]);
+        }
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The types joined by `+` (`f16`, `q4_k+q6_k`), for messages and traces.
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.distinct().iter().map(|t| t.name()).collect();
+        names.join("+")
+    }
+
+    /// Every matrix f16.
+    pub fn all_f16(&self) -> bool {
+        self.distinct() == [WeightType::F16]
+    }
+}
+
+/// Bytes of a `rows x cols` matrix of type `t`.
+pub fn matrix_bytes(t: WeightType, rows: u32, cols: u32) -> u64 {
+    rows as u64 * t.row_bytes(cols as u64)
 }
 
 /// Where the KV cache lives and how attention reads it.
@@ -69,18 +171,30 @@ impl Shape {
     pub fn qkv_rows(&self) -> u32 {
         self.q_dim() + 2 * self.kv_dim()
     }
-    /// Bytes of weights one decode token reads: every matrix once (f16), the norms (f32), one
-    /// embedding row.
-    pub fn weight_bytes_per_token(&self) -> u64 {
-        let (h, i) = (self.hidden as u64, self.intermediate as u64);
-        let per_layer = 2 * (self.qkv_rows() as u64 * h + h * self.q_dim() as u64 + 3 * i * h)
-            + 4 * (2 * h
+    /// Bytes of weights one decode token reads: every matrix once in its storage type (blocks
+    /// with their scales), the norms (f32), one embedding row.
+    pub fn weight_bytes_per_token(&self, w: &WeightTypes) -> u64 {
+        let (h, i, q, kv) = (self.hidden, self.intermediate, self.q_dim(), self.kv_dim());
+        let norms = 4
+            * (2 * h as u64
                 + if self.qk_norm {
                     2 * self.head_dim as u64
                 } else {
                     0
                 });
-        self.layers as u64 * per_layer + 2 * self.vocab as u64 * h + 4 * h + 2 * h
+        let mut total = 0;
+        for l in 0..self.layers {
+            let t = w.layer(l);
+            total += matrix_bytes(t.q, q, h)
+                + matrix_bytes(t.k, kv, h)
+                + matrix_bytes(t.v, kv, h)
+                + matrix_bytes(t.o, h, q)
+                + matrix_bytes(t.gate, i, h)
+                + matrix_bytes(t.up, i, h)
+                + matrix_bytes(t.down, h, i)
+                + norms;
+        }
+        total + matrix_bytes(w.lm_head, self.vocab, h) + 4 * h as u64 + matrix_bytes(w.embed, 1, h)
     }
 }
 
@@ -300,6 +414,7 @@ pub fn describe(s: &Shape) -> Vec<Op> {
 /// emitted so far.
 pub(super) struct Lower<'a> {
     pub(super) s: &'a Shape,
+    pub(super) w: &'a WeightTypes,
     pub(super) t: &'a Tuning,
     pub(super) kv: &'a KvPlan,
     pub(super) n: u32,
@@ -308,7 +423,6 @@ pub(super) struct Lower<'a> {
 }
 
 pub(super) const F32: u64 = 4;
-pub(super) const F16: u64 = 2;
 
 pub(super) fn r(buf: Buf, offset: u64, bytes: u64) -> Range {
     Range { buf, offset, bytes }
@@ -453,8 +567,10 @@ impl Lower<'_> {
 /// Lowers one forward step over `n_tokens` rows of kind `kind`. Fused kernels serve decode steps
 /// (one row per sequence); a prompt chunk always uses the batched primitive kernels with the
 /// tiled prompt attention.
+#[allow(clippy::too_many_arguments)]
 pub fn lower(
     s: &Shape,
+    w: &WeightTypes,
     t: &Tuning,
     kv: &KvPlan,
     kernels: Kernels,
@@ -465,6 +581,7 @@ pub fn lower(
     let ops = describe(s);
     let mut lw = Lower {
         s,
+        w,
         t,
         kv,
         n: n_tokens.max(1),
@@ -529,6 +646,7 @@ mod tests {
         let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
         let steps = lower(
             &s,
+            &WeightTypes::f16(s.layers),
             &t,
             &plan(&s),
             Kernels::Primitive,
@@ -557,6 +675,7 @@ mod tests {
         let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
         let steps = lower(
             &s,
+            &WeightTypes::f16(s.layers),
             &t,
             &plan(&s),
             Kernels::Fused,
@@ -593,7 +712,7 @@ mod tests {
             max_seq: 1024,
         };
         // REFERENCES.md: ~0.44 B layer parameters + 0.156 B tied embedding, ~1.19 GB in f16.
-        let gb = s.weight_bytes_per_token() as f64 / 1e9;
+        let gb = s.weight_bytes_per_token(&WeightTypes::f16(s.layers)) as f64 / 1e9;
         assert!((1.1..1.3).contains(&gb), "{gb} GB");
     }
 }
