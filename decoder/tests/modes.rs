@@ -153,6 +153,56 @@ fn presets_match_reference_on_quantized_tiny() {
     }
 }
 
+/// GGUF files loaded with `--model FILE.gguf`: `tiny` exported by `decoder export-gguf --dtype
+/// q4_k_m`, and SmolLM2 from its shipped Q4_1 file (a Llama, whose q/k rows llama.cpp permuted:
+/// whole rows of blocks move back). Every matrix keeps the file's blocks byte for byte (what the
+/// engine uploads), and both presets match the reference.
+#[test]
+fn gguf_files_keep_their_blocks_and_match_reference() {
+    use decoder::gguf::GgufFile;
+    use decoder::gguf::export::{ExportDtype, export_gguf};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let tiny = tmp.path().join("tiny-q4_k_m.gguf");
+    let dir = decoder::model::resolve_model("tiny").expect("preset");
+    export_gguf(&dir, &tiny, ExportDtype::Q4KM).expect("export");
+    let smollm2 = decoder::model::cache_dir()
+        .expect("the decodescope cache directory")
+        .join("downloads/SmolLM2-135M-Instruct.Q4_1.gguf");
+    for (file, steps) in [(tiny, 32), (smollm2, 4)] {
+        let name = file.display().to_string();
+        let model = load_model(&name).expect("load the GGUF file (run scripts/setup.sh)");
+        let gguf = GgufFile::open(&file).expect("open the GGUF file");
+        let l0 = &model.weights.layers[0];
+        let mut kept = 0;
+        for (t, gguf_name) in [
+            (&l0.v_proj, "blk.0.attn_v.weight"),
+            (&l0.gate_proj, "blk.0.ffn_gate.weight"),
+            (&l0.down_proj, "blk.0.ffn_down.weight"),
+            (&model.weights.embed_tokens, "token_embd.weight"),
+        ] {
+            let info = gguf.tensor(gguf_name).expect("tensor in the file");
+            let Some(blocks) = &t.blocks else {
+                continue;
+            };
+            kept += 1;
+            assert_eq!(blocks.wtype.ggml(), info.ggml_type, "{name} {gguf_name}");
+            assert_eq!(
+                blocks.bytes,
+                gguf.read_tensor_data(info).expect("read"),
+                "{name} {gguf_name}: the file's bytes"
+            );
+        }
+        assert!(kept >= 3, "{name}: the matrices keep their blocks");
+        let types = decoder::exec::program::WeightTypes::of(&model.weights);
+        check_model(
+            &format!("{name} ({})", types.describe()),
+            &model,
+            steps,
+            &presets(),
+        );
+    }
+}
+
 /// The persistent kernel reads f16 only: quantized weights are refused with a sentence, never
 /// run wrong.
 #[test]

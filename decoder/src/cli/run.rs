@@ -187,6 +187,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Resolves `--model` (directory or name) and loads it.
 pub fn load_model(spec: &str) -> anyhow::Result<Model> {
+    let path = std::path::Path::new(spec);
+    if path.is_file()
+        && path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        // A GGUF file: its matrices keep their blocks on the GPU.
+        return crate::gguf::load_gguf_model(path)
+            .with_context(|| format!("cannot load the GGUF model {}", path.display()));
+    }
     let dir = resolve_model(spec).with_context(|| format!("cannot find the model '{spec}'"))?;
     Model::load(&dir).with_context(|| format!("cannot load the model in {}", dir.display()))
 }
