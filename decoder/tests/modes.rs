@@ -129,7 +129,7 @@ fn quantized_tiny(scheme: QuantScheme) -> Model {
     model
 }
 
-/// Both presets on `tiny` in every quantized scheme: Q8_0, Q4_0 and Q4_1 (the tied embedding and
+/// Both presets and one knob flip on `tiny` in every quantized scheme: Q8_0, Q4_0 and Q4_1 (the tied embedding and
 /// lm_head Q6_K for the 4-bit ones), and Q4_K_M (Q4_K, with Q6_K for the output and for `v_proj`
 /// and `down_proj` of layers 2 and 3: stacked weights of two types). The GPU decodes the blocks
 /// where it reads them; the reference computes with the same blocks dequantized.
@@ -144,11 +144,21 @@ fn presets_match_reference_on_quantized_tiny() {
         let model = quantized_tiny(scheme);
         let types = decoder::exec::program::WeightTypes::of(&model.weights);
         assert!(!types.all_f16(), "{scheme:?}: the weights are blocks");
+        // The presets, and the flip that moves the fused kernels under the generic preset's
+        // scheduling (submits, waits, descriptors and barriers per dispatch).
+        let mut settings = presets();
+        settings.push((
+            "generic with --kernels fused".into(),
+            Knobs {
+                kernels: Kernels::Fused,
+                ..Knobs::preset(Mode::Generic)
+            },
+        ));
         check_model(
             &format!("tiny {scheme:?} ({})", types.describe()),
             &model,
             32,
-            &presets(),
+            &settings,
         );
     }
 }
