@@ -697,6 +697,89 @@ mod tests {
         assert_eq!(labels.len(), 1 + 4 * 7 + 2, "labels are unique");
     }
 
+    /// Q8_0 everywhere, Q6_K for layer 1's v_proj and down_proj (a mixed stack).
+    fn quantized(s: &Shape) -> WeightTypes {
+        let mut w = WeightTypes::f16(s.layers);
+        w.embed = WeightType::Q8_0;
+        w.lm_head = WeightType::Q8_0;
+        for (l, t) in w.layers.iter_mut().enumerate() {
+            let big = if l == 1 {
+                WeightType::Q6K
+            } else {
+                WeightType::Q8_0
+            };
+            *t = LayerTypes {
+                q: WeightType::Q8_0,
+                k: WeightType::Q8_0,
+                v: big,
+                o: WeightType::Q8_0,
+                gate: WeightType::Q8_0,
+                up: WeightType::Q8_0,
+                down: big,
+            };
+        }
+        w
+    }
+
+    /// Every lowering reads each matrix once per decode token, in its storage type: the weight
+    /// ranges its steps bind add up to `weight_bytes_per_token` (less the norms and the
+    /// embedding row, which the embed step reads instead of its whole table).
+    #[test]
+    fn lowerings_read_the_quantized_bytes() {
+        let s = tiny();
+        let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
+        let w = quantized(&s);
+        let is_matrix = |b: Buf| {
+            matches!(
+                b,
+                Buf::Wqkv(_) | Buf::Wo(_) | Buf::WGateUp(_) | Buf::WDown(_) | Buf::LmHead
+            )
+        };
+        let (h, v) = (s.hidden, s.vocab);
+        let norms = s.layers as u64 * 4 * (2 * h as u64 + 2 * s.head_dim as u64) + 4 * h as u64;
+        let want = s.weight_bytes_per_token(&w) - norms - matrix_bytes(w.embed, 1, h);
+        // The lm_head of a tied model is the embedding table.
+        assert_eq!(
+            want,
+            (0..s.layers)
+                .map(|l| {
+                    let x = w.layer(l);
+                    matrix_bytes(x.q, s.q_dim(), h)
+                        + matrix_bytes(x.k, s.kv_dim(), h)
+                        + matrix_bytes(x.v, s.kv_dim(), h)
+                        + matrix_bytes(x.o, h, s.q_dim())
+                        + matrix_bytes(x.gate, s.intermediate, h)
+                        + matrix_bytes(x.up, s.intermediate, h)
+                        + matrix_bytes(x.down, h, s.intermediate)
+                })
+                .sum::<u64>()
+                + matrix_bytes(WeightType::Q8_0, v, h)
+        );
+        for kernels in [Kernels::Primitive, Kernels::Fused] {
+            let steps = lower(&s, &w, &t, &plan(&s), kernels, 1, StepKind::Decode, false);
+            let read: u64 = steps
+                .iter()
+                .flat_map(|st| &st.binds)
+                .filter(|b| is_matrix(b.range.buf))
+                .map(|b| b.range.bytes)
+                .sum();
+            assert_eq!(read, want, "{kernels:?}");
+            // The stacked [q; k; v] of layer 1 is Q8_0 then Q6_K for v.
+            let q8 = matrix_bytes(WeightType::Q8_0, s.q_dim() + s.kv_dim(), h);
+            let v6 = matrix_bytes(WeightType::Q6K, s.kv_dim(), h);
+            let qkv: Vec<Range> = steps
+                .iter()
+                .flat_map(|st| &st.binds)
+                .map(|b| b.range)
+                .filter(|r| r.buf == Buf::Wqkv(1))
+                .collect();
+            match kernels {
+                Kernels::Primitive => assert_eq!(qkv.last(), Some(&r(Buf::Wqkv(1), q8, v6))),
+                _ => assert_eq!(qkv, [r(Buf::Wqkv(1), 0, q8 + v6)]),
+            }
+        }
+    }
+
     #[test]
     fn weight_bytes_of_qwen3_06b_shape() {
         let s = Shape {
