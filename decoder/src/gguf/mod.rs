@@ -18,7 +18,7 @@ pub mod tokenizer;
 pub use dequant::{DequantError, GgmlType, dequantize};
 pub use import::{
     CHECKPOINT_FILES, ImportError, ImportOptions, ImportSummary, OutDtype, import_gguf,
-    is_complete_checkpoint, load_gguf_model, permute_rope_rows, unpermute_rope_rows,
+    is_complete_checkpoint, is_gguf_file, load_gguf_model, permute_rope_rows, unpermute_rope_rows,
 };
 pub use reader::{Array, GgufError, GgufFile, TensorInfo, Value, ValueType};
 pub use tokenizer::{GgufVocab, TokenizerError, TokenizerFiles};

@@ -7,6 +7,14 @@
 use super::*;
 use crate::model::{Blocks, Model, ModelConfig, Tensor, Tokenizer, WeightType, Weights};
 
+/// Whether `--model` names a GGUF file (an existing file ending in `.gguf`).
+pub fn is_gguf_file(path: &Path) -> bool {
+    path.is_file()
+        && path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
 /// Loads `gguf_path` as a model; its matrices keep their blocks (see the module doc).
 pub fn load_gguf_model(gguf_path: &Path) -> Result<Model, ImportError> {
     let gguf = GgufFile::open(gguf_path)?;

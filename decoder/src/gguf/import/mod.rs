@@ -27,7 +27,7 @@ mod hparams;
 mod load;
 mod staging;
 
-pub use load::load_gguf_model;
+pub use load::{is_gguf_file, load_gguf_model};
 
 use hparams::*;
 use staging::*;
