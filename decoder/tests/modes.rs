@@ -164,7 +164,7 @@ fn presets_match_reference_on_quantized_tiny() {
 }
 
 /// GGUF files loaded with `--model FILE.gguf`: `tiny` exported by `decoder export-gguf --dtype
-/// q4_k_m`, and SmolLM2 from its shipped Q4_1 file (a Llama, whose q/k rows llama.cpp permuted:
+/// q4_k_m` (and, as values, `--dtype f16`), and SmolLM2 from its shipped Q4_1 file (a Llama, whose q/k rows llama.cpp permuted:
 /// whole rows of blocks move back). Every matrix keeps the file's blocks byte for byte (what the
 /// engine uploads), and both presets match the reference.
 #[test]
@@ -172,13 +172,15 @@ fn gguf_files_keep_their_blocks_and_match_reference() {
     use decoder::gguf::GgufFile;
     use decoder::gguf::export::{ExportDtype, export_gguf};
     let tmp = tempfile::tempdir().expect("tempdir");
-    let tiny = tmp.path().join("tiny-q4_k_m.gguf");
     let dir = decoder::model::resolve_model("tiny").expect("preset");
+    let tiny = tmp.path().join("tiny-q4_k_m.gguf");
     export_gguf(&dir, &tiny, ExportDtype::Q4KM).expect("export");
+    let tiny_f16 = tmp.path().join("tiny-f16.gguf");
+    export_gguf(&dir, &tiny_f16, ExportDtype::F16).expect("export");
     let smollm2 = decoder::model::cache_dir()
         .expect("the decodescope cache directory")
         .join("downloads/SmolLM2-135M-Instruct.Q4_1.gguf");
-    for (file, steps) in [(tiny, 32), (smollm2, 4)] {
+    for (file, steps, blocks) in [(tiny, 32, true), (tiny_f16, 16, false), (smollm2, 4, true)] {
         let name = file.display().to_string();
         let model = load_model(&name).expect("load the GGUF file (run scripts/setup.sh)");
         let gguf = GgufFile::open(&file).expect("open the GGUF file");
@@ -202,7 +204,11 @@ fn gguf_files_keep_their_blocks_and_match_reference() {
                 "{name} {gguf_name}: the file's bytes"
             );
         }
-        assert!(kept >= 3, "{name}: the matrices keep their blocks");
+        if blocks {
+            assert!(kept >= 3, "{name}: the matrices keep their blocks");
+        } else {
+            assert_eq!(kept, 0, "{name}: f16 matrices are values");
+        }
         let types = decoder::exec::program::WeightTypes::of(&model.weights);
         check_model(
             &format!("{name} ({})", types.describe()),

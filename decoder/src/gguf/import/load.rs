@@ -1,8 +1,8 @@
 //! A GGUF file loaded as a model with no conversion on disk (`--model FILE.gguf`): the config and
 //! tokenizer come from its metadata exactly as [`import_gguf`] writes them, and every matrix in a
 //! block type the kernels decode (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) keeps the file's blocks, which go
-//! to the GPU as they are. Other tensors (norms, F16/BF16/F32 matrices, Q5_0, Q5_1) are read as
-//! f32 values, as the importer reads them.
+//! to the GPU as they are. Other tensors are read as f32 values, as the importer reads them: norms
+//! stay f32, other matrices (F16, BF16, F32, Q5_0, Q5_1) are rounded to the f16 the GPU holds.
 
 use super::*;
 use crate::model::{Blocks, Model, ModelConfig, Tensor, Tokenizer, WeightType, Weights};
@@ -113,6 +113,14 @@ fn read_tensor(gguf: &GgufFile, p: &Planned) -> Result<Tensor, ImportError> {
             if let RowTransform::UnpermuteRope { n_heads } = p.transform {
                 values = unpermute_rope_rows(&values, n_heads, cols)
                     .ok_or_else(|| unpermute_err(n_heads))?;
+            }
+            if shape.len() == 2 {
+                // The GPU holds such a matrix in f16: the reference computes with the same
+                // values, as it does with an imported f16 checkpoint.
+                check_representable(path, &t.name, &values, OutDtype::F16)?;
+                values
+                    .iter_mut()
+                    .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
             }
             Ok(Tensor::new(p.hf_name.clone(), &shape, values))
         }
