@@ -23,9 +23,6 @@ pub enum WeightType {
     Q6K,
 }
 
-/// The block types the kernels decode, for error messages.
-pub const GPU_BLOCK_TYPES: &str = "Q8_0, Q4_0, Q4_1, Q4_K, Q6_K";
-
 impl WeightType {
     /// Every type, f16 first.
     pub const ALL: [WeightType; 6] = [

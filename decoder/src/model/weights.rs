@@ -61,14 +61,6 @@ impl Tensor {
         self.blocks.as_ref().map_or(WeightType::F16, |b| b.wtype)
     }
 
-    /// Bytes of this matrix on the GPU: its blocks, or `data` as f16.
-    pub fn gpu_bytes(&self) -> u64 {
-        match &self.blocks {
-            Some(b) => b.bytes.len() as u64,
-            None => 2 * self.data.len() as u64,
-        }
-    }
-
     pub fn elements(&self) -> usize {
         self.shape.iter().product()
     }
