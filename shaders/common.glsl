@@ -2,7 +2,8 @@
 //
 // Conventions (see decoder/src/exec/kernels.rs for the Rust side of every push-constant block):
 // - bindings are storage buffers in set 0, numbered in the order the Rust side lists them;
-// - activations are f32, matrix weights f16 (row-major [out, in]), norm weights f32;
+// - activations are f32, matrix weights f16 or GGUF blocks decoded on load (quant.glsl; row-major
+//   [out, in]), norm weights f32;
 // - per-token values (positions, KV length) come from the TokenParams buffer, never from push
 //   constants, so a command buffer recorded once can be replayed for every token;
 // - the workgroup size is specialization constant 0 (`WG`).

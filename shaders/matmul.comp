@@ -7,15 +7,22 @@
 // caches (CPU drivers run barrier-free kernels far faster). A workgroup of WG = 64 covers 32
 // rows x 32 tokens (8 x 8 invocations). Tails of rows and tokens are clamped on load and masked
 // on store. cols % 4 == 0.
-// Bindings: 0 W f16 [rows, cols], 1 x f32 [n_tokens, cols], 2 y f32 [n_tokens, rows].
-// Spec: 0 WG (must be 64). Groups: (ceil(rows / 32), ceil(n_tokens / 32), 1).
+// Quantized weights (WTYPE != 1) are decoded four columns at a time by quant.glsl.
+// Bindings: 0 W [rows, cols] (f16 or blocks), 1 x f32 [n_tokens, cols], 2 y f32 [n_tokens, rows].
+// Spec: 0 WG (must be 64), 26 WTYPE. Groups: (ceil(rows / 32), ceil(n_tokens / 32), 1).
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
 
+layout(constant_id = 26) const uint WTYPE = 1;
+
 layout(set = 0, binding = 0) readonly buffer W { f16vec4 w4[]; };
+layout(set = 0, binding = 0) readonly buffer WQ { uint wq[]; };
 layout(set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
 layout(set = 0, binding = 2) writeonly buffer Y { float y[]; };
+
+#define QW(i) wq[i]
+#include "quant.glsl"
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -30,6 +37,7 @@ void main() {
     uint t0 = gl_WorkGroupID.y * 32 + (tid % 8) * 4;
     if (r0 >= pc.rows || t0 >= pc.n_tokens) return;
     uint c4 = pc.cols / 4;
+    uint rb = wt_row_bytes(WTYPE, pc.cols);
     uint wr[4];
     uint xr[4];
     [[unroll]] for (uint i = 0; i < 4; i++) {
@@ -39,10 +47,19 @@ void main() {
     vec4 acc[4];  // acc[row].token
     [[unroll]] for (uint i = 0; i < 4; i++) acc[i] = vec4(0.0);
     for (uint c = 0; c < c4; c++) {
-        vec4 a0 = vec4(w4[wr[0] + c]);
-        vec4 a1 = vec4(w4[wr[1] + c]);
-        vec4 a2 = vec4(w4[wr[2] + c]);
-        vec4 a3 = vec4(w4[wr[3] + c]);
+        vec4 a0, a1, a2, a3;
+        if (WT_IS_F16(WTYPE)) {
+            a0 = vec4(w4[wr[0] + c]);
+            a1 = vec4(w4[wr[1] + c]);
+            a2 = vec4(w4[wr[2] + c]);
+            a3 = vec4(w4[wr[3] + c]);
+        } else {
+            // wr[i] / c4 is the row.
+            a0 = wload4(WTYPE, (wr[0] / c4) * rb, 4 * c);
+            a1 = wload4(WTYPE, (wr[1] / c4) * rb, 4 * c);
+            a2 = wload4(WTYPE, (wr[2] / c4) * rb, 4 * c);
+            a3 = wload4(WTYPE, (wr[3] / c4) * rb, 4 * c);
+        }
         vec4 b0 = x4[xr[0] + c];
         vec4 b1 = x4[xr[1] + c];
         vec4 b2 = x4[xr[2] + c];

@@ -11,9 +11,14 @@
 // walks the columns in steps of 8 (cols % 8 == 0: one 16-byte uvec4 load per row) or 4 (one
 // 8-byte uvec2 load), loads x once per step and reuses it for all of its rows. The partial sums
 // are reduced with subgroupAdd, then across subgroups through shared memory (any subgroup size).
-// Bindings: 0 W f16 [rows (x2 for SwiGLU), cols], 1 x f32 [n, cols], 2 y f32 [n, rows],
-// 3 norm_w f32 [cols] (bound even when NORM = 0). cols % 4 == 0.
-// Spec: 0 WG, 1 ROWS, 2 NORM, 3 EPILOGUE. Groups: (ceil(rows / ROWS), n, 1).
+// Weights: f16, or GGUF blocks decoded on load (quant.glsl), four columns per step. A stacked
+// weight ([q; k; v], [gate; up]) may hold up to three segments of different types: weight rows
+// below seg_row.x are WTYPE at byte 0, rows below seg_row.y are WTYPE1 from byte seg_byte.x, the
+// rest WTYPE2 from byte seg_byte.y. All three f16 takes the wide f16 loads above.
+// Bindings: 0 W [rows (x2 for SwiGLU), cols] (f16 or blocks), 1 x f32 [n, cols], 2 y f32
+// [n, rows], 3 norm_w f32 [cols] (bound even when NORM = 0). cols % 4 == 0.
+// Spec: 0 WG, 22 ROWS, 2 NORM, 3 EPILOGUE, 26 WTYPE, 27 WTYPE1, 28 WTYPE2.
+// Groups: (ceil(rows / ROWS), n, 1).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -22,6 +27,10 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 22) const uint ROWS = 1;
 layout(constant_id = 2) const uint NORM = 0;
 layout(constant_id = 3) const uint EPILOGUE = 0;
+layout(constant_id = 26) const uint WTYPE = 1;
+layout(constant_id = 27) const uint WTYPE1 = 1;
+layout(constant_id = 28) const uint WTYPE2 = 1;
+const bool ALL_F16 = WTYPE <= 1 && WTYPE1 <= 1 && WTYPE2 <= 1;
 
 // Accumulators per invocation: one per weight row, then one for the sum of squares of x.
 const uint NACC = (EPILOGUE == 2) ? 2 * ROWS : ROWS;
@@ -30,15 +39,21 @@ const uint NRED = NACC + 1;
 // The f16 weight seen as 8 halves (rows 16-byte aligned when cols % 8 == 0) or 4 halves.
 layout(set = 0, binding = 0) readonly buffer W8 { uvec4 w8[]; };
 layout(set = 0, binding = 0) readonly buffer W4 { uvec2 w4[]; };
+layout(set = 0, binding = 0) readonly buffer WQ { uint wq[]; };
 layout(set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
 layout(set = 0, binding = 2) buffer Y { float y[]; };
 layout(set = 0, binding = 3) readonly buffer NormW { vec4 nw4[]; };
+
+#define QW(i) wq[i]
+#include "quant.glsl"
 
 layout(push_constant) uniform Push {
     uint rows;
     uint cols;
     float eps;
     uint pad0;
+    uvec2 seg_row;
+    uvec2 seg_byte;
 } pc;
 
 // Per-subgroup partial sums: [NRED][WG] (WG subgroups at most, for a subgroup size of 1).
@@ -77,7 +92,32 @@ void main() {
     }
     float ss = 0.0;
 
-    if ((pc.cols & 7u) == 0u) {
+    if (!ALL_F16) {
+        uint wt[NACC];
+        uint wbase[NACC];
+        [[unroll]] for (uint k = 0; k < NACC; k++) {
+            uint r = wrow[k];
+            if (r < pc.seg_row.x) {
+                wt[k] = WTYPE;
+                wbase[k] = r * wt_row_bytes(WTYPE, pc.cols);
+            } else if (r < pc.seg_row.y) {
+                wt[k] = WTYPE1;
+                wbase[k] = pc.seg_byte.x + (r - pc.seg_row.x) * wt_row_bytes(WTYPE1, pc.cols);
+            } else {
+                wt[k] = WTYPE2;
+                wbase[k] = pc.seg_byte.y + (r - pc.seg_row.y) * wt_row_bytes(WTYPE2, pc.cols);
+            }
+        }
+        uint n4 = pc.cols / 4;
+        for (uint i = tid; i < n4; i += WG) {
+            vec4 a = x4[xo4 + i];
+            if (NORM == 1) {
+                ss += dot(a, a);
+                a *= nw4[i];
+            }
+            [[unroll]] for (uint k = 0; k < NACC; k++) acc[k] += dot(wload4(wt[k], wbase[k], 4 * i), a);
+        }
+    } else if ((pc.cols & 7u) == 0u) {
         uint n8 = pc.cols / 8;
         for (uint i = tid; i < n8; i += WG) {
             vec4 a = x4[xo4 + 2 * i];

@@ -221,8 +221,8 @@ pub fn trace_meta(
             head_dim: cfg.head_dim as u32,
             intermediate: cfg.intermediate as u32,
             vocab: cfg.vocab as u32,
-            weight_dtype: "f16".into(),
-            weight_bytes_per_token: shape.weight_bytes_per_token(),
+            weight_dtype: engine.weight_types().describe(),
+            weight_bytes_per_token: shape.weight_bytes_per_token(engine.weight_types()),
         },
         knobs: spec.knobs.to_trace(),
         run: RunMeta {

@@ -199,7 +199,7 @@ fn bench_hot_kernels() {
             rows,
             cols,
             eps: 1e-6,
-            pad0: 0,
+            ..Default::default()
         }
         .bytes();
         let binds = [

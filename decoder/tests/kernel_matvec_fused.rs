@@ -49,7 +49,7 @@ fn matvec_fused_epilogues_norm_and_widths() {
                         rows: rows as u32,
                         cols: cols as u32,
                         eps,
-                        pad0: 0,
+                        ..Default::default()
                     };
                     let out = launch(
                         gpu,

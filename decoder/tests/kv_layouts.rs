@@ -514,3 +514,42 @@ fn prompt_of_4096_tokens_on_tiny() {
         eprintln!("tiny 4096-token prompt, step {step}: logits relative RMS {e:.2e}");
     }
 }
+
+/// Quantized weights (Q4_1 matrices, the tied embedding Q8_0 since 192 columns are not whole
+/// Q6_K blocks) with a batch of two sequences over paged caches: the fused matvecs read one row
+/// of x per sequence and the primitive ones a column of tokens, from the same blocks.
+#[test]
+fn quantized_weights_in_a_paged_batch() {
+    let mut m = model(8, 2, 64, 7);
+    m.weights = decoder::gguf::quantize::quantize_weights(
+        &m.config,
+        &m.weights,
+        decoder::gguf::quantize::QuantScheme::Q4_1,
+    )
+    .expect("quantize");
+    let types = decoder::exec::program::WeightTypes::of(&m.weights).describe();
+    assert_eq!(types, "q8_0+q4_1");
+    m.name = format!("{} {types}", m.name);
+    let prompts: Vec<Vec<u32>> = [29usize, 12]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| prompt(len, 30 + i as u64, m.config.vocab))
+        .collect();
+    let steps = GENERIC_STEPS;
+    let want = reference(&m, &prompts, steps, &contiguous(2));
+    for (preset, knobs, kv) in [
+        (
+            "fused preset paged:16 fused",
+            Knobs::preset(Mode::Fused),
+            paged(16, PagedAttention::Fused, 2),
+        ),
+        (
+            "generic preset paged:32 gather",
+            Knobs::preset(Mode::Generic),
+            paged(32, PagedAttention::Gather, 2),
+        ),
+    ] {
+        let got = on_gpu(&m, knobs, kv, &prompts, steps);
+        assert_matches(&format!("{} {preset}", m.name), &got, &want);
+    }
+}

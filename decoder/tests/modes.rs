@@ -10,6 +10,7 @@ use decoder::exec::engine::{Engine, EngineOptions, Timestamps};
 use decoder::exec::knobs::{Descriptors, Kernels, Knobs, Mode, Recording, Submit, Sync};
 use decoder::generate::Backend;
 use decoder::generate::{GenerateOptions, Generation, generate};
+use decoder::gguf::quantize::{QuantScheme, quantize_weights};
 use decoder::kv::KvConfig;
 use decoder::model::Model;
 use decoder::vk::Gpu;
@@ -108,12 +109,147 @@ fn assert_matches(what: &str, got: &Generation, want: &Generation) {
 
 fn check(model_name: &str, steps: usize, settings: &[(String, Knobs)]) {
     let model = load_model(model_name).expect("load the model (run scripts/setup.sh for smollm2)");
-    let ids = prompt(&model);
-    let want = reference(&model, &ids, steps);
+    check_model(model_name, &model, steps, settings);
+}
+
+fn check_model(model_name: &str, model: &Model, steps: usize, settings: &[(String, Knobs)]) {
+    let ids = prompt(model);
+    let want = reference(model, &ids, steps);
     for (name, knobs) in settings {
-        let got = on_gpu(&model, *knobs, &ids, steps);
+        let got = on_gpu(model, *knobs, &ids, steps);
         assert_matches(&format!("{model_name} {name} ({knobs})"), &got, &want);
     }
+}
+
+/// `tiny` with its matrices in GGUF blocks as llama-quantize gives them for `scheme`.
+fn quantized_tiny(scheme: QuantScheme) -> Model {
+    let mut model = load_model("tiny").expect("tiny");
+    model.weights =
+        quantize_weights(&model.config, &model.weights, scheme).expect("quantize tiny's weights");
+    model
+}
+
+/// Both presets and one knob flip on `tiny` in every quantized scheme: Q8_0, Q4_0 and Q4_1 (the tied embedding and
+/// lm_head Q6_K for the 4-bit ones), and Q4_K_M (Q4_K, with Q6_K for the output and for `v_proj`
+/// and `down_proj` of layers 2 and 3: stacked weights of two types). The GPU decodes the blocks
+/// where it reads them; the reference computes with the same blocks dequantized.
+#[test]
+fn presets_match_reference_on_quantized_tiny() {
+    for scheme in [
+        QuantScheme::Q8_0,
+        QuantScheme::Q4_0,
+        QuantScheme::Q4_1,
+        QuantScheme::Q4KM,
+    ] {
+        let model = quantized_tiny(scheme);
+        let types = decoder::exec::program::WeightTypes::of(&model.weights);
+        assert!(!types.all_f16(), "{scheme:?}: the weights are blocks");
+        // The presets, and the flip that moves the fused kernels under the generic preset's
+        // scheduling (submits, waits, descriptors and barriers per dispatch).
+        let mut settings = presets();
+        settings.push((
+            "generic with --kernels fused".into(),
+            Knobs {
+                kernels: Kernels::Fused,
+                ..Knobs::preset(Mode::Generic)
+            },
+        ));
+        check_model(
+            &format!("tiny {scheme:?} ({})", types.describe()),
+            &model,
+            32,
+            &settings,
+        );
+    }
+}
+
+/// GGUF files loaded with `--model FILE.gguf`: `tiny` exported by `decoder export-gguf --dtype
+/// q4_k_m` (and, as values, `--dtype f16`), and SmolLM2 from its shipped Q4_1 file (a Llama, whose q/k rows llama.cpp permuted:
+/// whole rows of blocks move back). Every matrix keeps the file's blocks byte for byte (what the
+/// engine uploads), and both presets match the reference.
+#[test]
+fn gguf_files_keep_their_blocks_and_match_reference() {
+    use decoder::gguf::GgufFile;
+    use decoder::gguf::export::{ExportDtype, export_gguf};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = decoder::model::resolve_model("tiny").expect("preset");
+    let tiny = tmp.path().join("tiny-q4_k_m.gguf");
+    export_gguf(&dir, &tiny, ExportDtype::Q4KM).expect("export");
+    let tiny_f16 = tmp.path().join("tiny-f16.gguf");
+    export_gguf(&dir, &tiny_f16, ExportDtype::F16).expect("export");
+    let smollm2 = decoder::model::cache_dir()
+        .expect("the decodescope cache directory")
+        .join("downloads/SmolLM2-135M-Instruct.Q4_1.gguf");
+    for (file, steps, blocks) in [(tiny, 32, true), (tiny_f16, 16, false), (smollm2, 4, true)] {
+        let name = file.display().to_string();
+        let model = load_model(&name).expect("load the GGUF file (run scripts/setup.sh)");
+        let gguf = GgufFile::open(&file).expect("open the GGUF file");
+        let l0 = &model.weights.layers[0];
+        let mut kept = 0;
+        for (t, gguf_name) in [
+            (&l0.v_proj, "blk.0.attn_v.weight"),
+            (&l0.gate_proj, "blk.0.ffn_gate.weight"),
+            (&l0.down_proj, "blk.0.ffn_down.weight"),
+            (&model.weights.embed_tokens, "token_embd.weight"),
+        ] {
+            let info = gguf.tensor(gguf_name).expect("tensor in the file");
+            let Some(blocks) = &t.blocks else {
+                continue;
+            };
+            kept += 1;
+            assert_eq!(blocks.wtype.ggml(), info.ggml_type, "{name} {gguf_name}");
+            assert_eq!(
+                blocks.bytes,
+                gguf.read_tensor_data(info).expect("read"),
+                "{name} {gguf_name}: the file's bytes"
+            );
+        }
+        if blocks {
+            assert!(kept >= 3, "{name}: the matrices keep their blocks");
+        } else {
+            assert_eq!(kept, 0, "{name}: f16 matrices are values");
+        }
+        let types = decoder::exec::program::WeightTypes::of(&model.weights);
+        check_model(
+            &format!("{name} ({})", types.describe()),
+            &model,
+            steps,
+            &presets(),
+        );
+    }
+}
+
+/// The persistent kernel reads f16 only: quantized weights are refused with a sentence, never
+/// run wrong.
+#[test]
+fn persistent_kernel_refuses_quantized_weights() {
+    let model = quantized_tiny(QuantScheme::Q8_0);
+    let knobs = Knobs {
+        kernels: Kernels::Persistent,
+        ..Knobs::preset(Mode::Fused)
+    };
+    let err = common::with_gpu(|gpu| {
+        match Engine::new(
+            gpu,
+            &model.config,
+            &model.weights,
+            EngineOptions {
+                knobs,
+                timestamps: Timestamps::Off,
+                max_seq: 16,
+                kv: KvConfig::default(),
+                logits_readback: true,
+                tuning: Default::default(),
+            },
+        ) {
+            Ok(_) => panic!("the persistent kernel accepted Q8_0 weights"),
+            Err(e) => e.to_string(),
+        }
+    });
+    assert!(
+        err.contains("--kernels persistent reads f16 weights only") && err.contains("q8_0"),
+        "{err}"
+    );
 }
 
 fn presets() -> Vec<(String, Knobs)> {

@@ -1,4 +1,4 @@
-//! `decoder export-gguf DIR --out FILE.gguf [--dtype f16|f32]`: write a Hugging Face checkpoint
+//! `decoder export-gguf DIR --out FILE.gguf [--dtype f16|f32|q8_0|q4_0|q4_1|q4_k_m]`: write a Hugging Face checkpoint
 //! (Llama or Qwen3, or a model name such as `smollm2`) as a GGUF file that llama.cpp loads.
 
 use std::path::PathBuf;
@@ -16,7 +16,8 @@ pub struct Args {
     /// The GGUF file to write (atomically; a device or FIFO is written in place).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-    /// Element type of the matrices (norms are always f32).
+    /// Element type of the matrices (norms are always f32); the quantized types choose each
+    /// matrix's block type as llama-quantize does.
     #[arg(long, value_enum, default_value_t = ExportDtype::F16)]
     pub dtype: ExportDtype,
 }

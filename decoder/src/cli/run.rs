@@ -25,8 +25,9 @@ pub enum BackendKind {
 /// The model to load.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
-    /// A Hugging Face checkpoint directory, or a model name: tiny, tiny-llama, qwen3-0.6b,
-    /// llama-1b (generated into the cache on first use) or smollm2 (imported by setup).
+    /// A Hugging Face checkpoint directory, a model name: tiny, tiny-llama, qwen3-0.6b,
+    /// llama-1b (generated into the cache on first use) or smollm2 (imported by setup), or a
+    /// GGUF file, whose Q8_0, Q4_0, Q4_1, Q4_K and Q6_K matrices stay in their blocks on the GPU.
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: String,
 }
@@ -185,8 +186,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves `--model` (directory or name) and loads it.
+/// Resolves `--model` (directory, name or GGUF file) and loads it.
 pub fn load_model(spec: &str) -> anyhow::Result<Model> {
+    let path = std::path::Path::new(spec);
+    if crate::gguf::is_gguf_file(path) {
+        // A GGUF file: its matrices keep their blocks on the GPU.
+        return crate::gguf::load_gguf_model(path)
+            .with_context(|| format!("cannot load the GGUF model {}", path.display()));
+    }
     let dir = resolve_model(spec).with_context(|| format!("cannot find the model '{spec}'"))?;
     Model::load(&dir).with_context(|| format!("cannot load the model in {}", dir.display()))
 }

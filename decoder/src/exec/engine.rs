@@ -16,8 +16,8 @@ use anyhow::{Context as _, anyhow, bail};
 use profiler::trace::{ClockMeta, GpuSpan, OpInfo};
 
 use super::kernels::{RowParams, prompt_rows};
-use super::knobs::Knobs;
-use super::program::{Buf, KvPlan, Shape, Step, StepKind, Tuning, TuningOverrides};
+use super::knobs::{Kernels, Knobs};
+use super::program::{Buf, KvPlan, Shape, Step, StepKind, Tuning, TuningOverrides, WeightTypes};
 use super::spans::SpanLog;
 use crate::generate::{Backend, BatchBackend, SeqStep, StepOutput};
 use crate::host_span;
@@ -123,6 +123,8 @@ type SetKey = (PipelineDesc, Vec<(Buf, u64, u64)>);
 pub struct Engine {
     rec: Recorder,
     shape: Shape,
+    /// The storage type of every matrix, as the weights give them.
+    wtypes: WeightTypes,
     tuning: Tuning,
     opts: EngineOptions,
     tied: bool,
@@ -214,6 +216,14 @@ impl Engine {
                 shape.kv_heads
             );
         }
+        let wtypes = WeightTypes::of(weights);
+        if opts.knobs.kernels == Kernels::Persistent && !wtypes.all_f16() {
+            bail!(
+                "--kernels persistent reads f16 weights only, and this model's matrices are {} \
+                 (GGUF blocks); use --kernels fused or primitive, or an f16 model",
+                wtypes.describe()
+            );
+        }
         let geo = KvGeometry::new(&opts.kv, opts.max_seq);
         let kv = KvPlan {
             geo,
@@ -252,6 +262,7 @@ impl Engine {
         let mut engine = Engine {
             rec,
             shape,
+            wtypes,
             tuning,
             opts,
             tied: weights.lm_head.is_none(),
@@ -296,6 +307,10 @@ impl Engine {
 
     pub fn shape(&self) -> &Shape {
         &self.shape
+    }
+    /// The storage type of every matrix on the GPU.
+    pub fn weight_types(&self) -> &WeightTypes {
+        &self.wtypes
     }
     pub fn tuning(&self) -> &Tuning {
         &self.tuning

@@ -91,8 +91,8 @@ push_block! {
 
 push_block! {
     /// `matvec.comp` (primitive, batched for prefill): `y[t, r] = sum_c W[r, c] * x[t, c]`, f32
-    /// accumulation. Bindings: 0 `W` f16 [rows, cols], 1 `x` f32 [n_tokens, cols],
-    /// 2 `y` f32 [n_tokens, rows]. Spec: 0 WG, 1 ROWS (rows per workgroup).
+    /// accumulation. Bindings: 0 `W` [rows, cols] (f16, or GGUF blocks: spec `WTYPE`), 1 `x` f32
+    /// [n_tokens, cols], 2 `y` f32 [n_tokens, rows]. Spec: 0 WG, 1 ROWS (rows per workgroup).
     /// Groups: (ceil(rows / ROWS), n_tokens, 1).
     /// The same block serves `matmul.comp` (prompt chunks, cols % 4 == 0): each invocation a
     /// block of 4 rows x 4 tokens, a workgroup of 64 covers 32 x 32. Spec: 0 WG = 64.
@@ -155,10 +155,21 @@ push_block! {
     ///   for r < rows (the weight has 2 * rows rows).
     /// - Uses wide (4 x f16) weight loads and subgroup reductions.
     ///
-    /// Bindings: 0 `W` f16 [rows (x2 for SwiGLU), cols], 1 `x` f32 [cols], 2 `y` f32 [rows],
-    /// 3 `norm_w` f32 [cols] (bound even when NORM = 0). `cols` is a multiple of 4.
+    /// - `WTYPE`, `WTYPE1`, `WTYPE2`: the storage types of up to three segments of the stacked
+    ///   weight: weight rows below `seg_row[0]` are `WTYPE` from byte 0, rows below `seg_row[1]`
+    ///   `WTYPE1` from byte `seg_byte[0]`, the rest `WTYPE2` from byte `seg_byte[1]`.
+    ///
+    /// Bindings: 0 `W` [rows (x2 for SwiGLU), cols] (f16 or blocks), 1 `x` f32 [cols], 2 `y`
+    /// f32 [rows], 3 `norm_w` f32 [cols] (bound even when NORM = 0). `cols` is a multiple of 4.
     /// Groups: (ceil(rows / ROWS), 1, 1).
-    MatvecFusedPush { rows: u32, cols: u32, eps: f32, pad0: u32 } = 16
+    MatvecFusedPush {
+        rows: u32,
+        cols: u32,
+        eps: f32,
+        pad0: u32,
+        seg_row: [u32; 2],
+        seg_byte: [u32; 2],
+    } = 32
 }
 
 push_block! {

@@ -474,6 +474,7 @@ impl Lower<'_> {
     pub(super) fn lower_persistent(&mut self, ops: &[Op], logits_readback: bool) {
         let mut fused = Lower {
             s: self.s,
+            w: self.w,
             t: self.t,
             kv: self.kv,
             n: self.n,

@@ -342,7 +342,7 @@ fn dequant_q5_1(b: &[u8], y: &mut [f32]) {
 /// sub-blocks 0..4 use the low 6 bits of bytes `j` and `j + 4`; sub-blocks 4..8 take their low
 /// 4 bits from byte `j + 4` (low/high nibble) and their top 2 bits from the top bits of bytes
 /// `j - 4` and `j`.
-fn q4_k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
+pub(crate) fn q4_k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {

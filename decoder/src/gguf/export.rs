@@ -2,7 +2,8 @@
 //! loads: the inverse of [`import_gguf`](super::import_gguf), written from the GGUF format
 //! description and llama.cpp's tensor naming.
 //!
-//! - Matrices are written as F16 (`--dtype f16`) or F32, norms always as F32.
+//! - Matrices are written as F16 (`--dtype f16`), F32, or quantized as `llama-quantize` does
+//!   (`--dtype q8_0|q4_0|q4_1|q4_k_m`, see [`super::quantize`]); norms always as F32.
 //! - Llama's q/k projections are permuted for llama.cpp's RoPE layout as its converter does
 //!   ([`permute_rope_rows`]); Qwen3's are written as they are.
 //! - The BPE tokenizer comes from `tokenizer.json` (`tokenizer.ggml.model = "gpt2"`), with the
@@ -17,15 +18,40 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde_json::Value as Json;
 
+use super::dequant::GgmlType;
 use super::import::permute_rope_rows;
+use super::quantize::{QuantScheme, quantize, role_of};
+use crate::model::WeightType;
 use crate::model::config::{Arch, ModelConfig};
 use crate::model::safetensors_io::SafetensorsFile;
 
-/// Element type of the exported matrices.
+/// Element type of the exported matrices: f16, f32, or a `llama-quantize` file type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExportDtype {
     F16,
     F32,
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+    #[value(name = "q4_1")]
+    Q4_1,
+    /// Q4_K, with Q6_K for the output and half of the `attn_v` and `ffn_down` matrices.
+    #[value(name = "q4_k_m")]
+    Q4KM,
+}
+
+impl ExportDtype {
+    /// The quantization scheme, for the quantized types.
+    pub fn scheme(self) -> Option<QuantScheme> {
+        match self {
+            ExportDtype::F16 | ExportDtype::F32 => None,
+            ExportDtype::Q8_0 => Some(QuantScheme::Q8_0),
+            ExportDtype::Q4_0 => Some(QuantScheme::Q4_0),
+            ExportDtype::Q4_1 => Some(QuantScheme::Q4_1),
+            ExportDtype::Q4KM => Some(QuantScheme::Q4KM),
+        }
+    }
 }
 
 const GGML_F32: u32 = 0;
@@ -96,17 +122,50 @@ struct Plan {
 }
 
 impl Plan {
+    /// The block type of a quantized matrix.
+    fn blocks(&self) -> Option<WeightType> {
+        WeightType::from_ggml_blocks(GgmlType::from_id(self.ggml_type))
+    }
+
     fn bytes(&self) -> u64 {
         let n: usize = self.shape.iter().product();
-        n as u64 * if self.ggml_type == GGML_F16 { 2 } else { 4 }
+        match self.blocks() {
+            Some(t) => t.row_bytes(n as u64),
+            None => n as u64 * if self.ggml_type == GGML_F16 { 2 } else { 4 },
+        }
     }
 }
 
-fn plans(cfg: &ModelConfig, dtype: ExportDtype) -> Vec<Plan> {
-    let mat = match dtype {
-        ExportDtype::F16 => GGML_F16,
-        ExportDtype::F32 => GGML_F32,
-    };
+/// The tensors to write; a quantized scheme gives each matrix the type llama.cpp would.
+fn plans(cfg: &ModelConfig, dtype: ExportDtype) -> Result<Vec<Plan>> {
+    let mut plans = plans_of(
+        cfg,
+        if dtype == ExportDtype::F32 {
+            GGML_F32
+        } else {
+            GGML_F16
+        },
+    );
+    if let Some(scheme) = dtype.scheme() {
+        for p in &mut plans {
+            let Some(role) = role_of(&p.hf, cfg.layers, cfg.tie_word_embeddings) else {
+                continue;
+            };
+            let cols = p.shape.last().copied().unwrap_or(0);
+            let t = scheme.type_for(role, cols).with_context(|| {
+                format!(
+                    "tensor {}: rows of {cols} elements are not whole blocks of the type \
+                     {scheme:?} gives it; export this model as q8_0, q4_0 or q4_1",
+                    p.hf
+                )
+            })?;
+            p.ggml_type = t.ggml().id();
+        }
+    }
+    Ok(plans)
+}
+
+fn plans_of(cfg: &ModelConfig, mat: u32) -> Vec<Plan> {
     let (h, q, kv, i, d) = (
         cfg.hidden,
         cfg.heads * cfg.head_dim,
@@ -354,9 +413,10 @@ pub fn export_gguf(dir: &Path, out: &Path, dtype: ExportDtype) -> Result<ExportS
         ("general.alignment".into(), Kv::U32(ALIGN as u32)),
         (
             "general.file_type".into(),
-            Kv::U32(match dtype {
-                ExportDtype::F32 => 0,
-                ExportDtype::F16 => 1,
+            Kv::U32(match dtype.scheme() {
+                Some(scheme) => scheme.file_type(),
+                None if dtype == ExportDtype::F32 => 0,
+                None => 1,
             }),
         ),
     ];
@@ -388,7 +448,7 @@ pub fn export_gguf(dir: &Path, out: &Path, dtype: ExportDtype) -> Result<ExportS
         );
     }
     tokenizer_kvs(dir, &cfg, &mut kvs)?;
-    let plans = plans(&cfg, dtype);
+    let plans = plans(&cfg, dtype)?;
 
     let mut header = Vec::new();
     header.extend_from_slice(b"GGUF");
@@ -430,7 +490,9 @@ pub fn export_gguf(dir: &Path, out: &Path, dtype: ExportDtype) -> Result<ExportS
                 }
                 None => values,
             };
-            let bytes: Vec<u8> = if p.ggml_type == GGML_F16 {
+            let bytes: Vec<u8> = if let Some(t) = p.blocks() {
+                quantize(t, &values)
+            } else if p.ggml_type == GGML_F16 {
                 values
                     .iter()
                     .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())

@@ -86,6 +86,12 @@ pub enum ModelError {
         path: PathBuf,
         hint: String,
     },
+    #[error("tensor {name} in {wtype} blocks: {reason}")]
+    BadBlocks {
+        name: String,
+        wtype: super::quant::WeightType,
+        reason: String,
+    },
     #[error("tokenizer {}: {message}", path.display())]
     Tokenizer { path: PathBuf, message: String },
     #[error("chat template from {}: {message}", path.display())]

@@ -2,6 +2,7 @@
 //!
 //! - [`config`]: `config.json` file schema and the normalized [`ModelConfig`].
 //! - [`weights`]: f32 host tensors in a tree mirroring the Hugging Face names.
+//! - [`quant`]: how a matrix is stored on the GPU (f16, or GGUF blocks kept as they are).
 //! - [`tokenizer`]: `tokenizer.json`, stop ids, chat template, streaming detokenization.
 //! - [`synth`]: `decoder synth` presets written as real Hugging Face directories.
 //! - [`reference`]: the scalar CPU forward pass every GPU path is checked against.
@@ -12,6 +13,7 @@
 
 pub mod config;
 pub mod error;
+pub mod quant;
 pub mod reference;
 pub mod safetensors_io;
 pub mod synth;
@@ -22,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 pub use config::{Arch, Llama3Scaling, ModelConfig, WeightDtype};
 pub use error::ModelError;
+pub use quant::{Blocks, WeightType};
 pub use reference::Reference;
 pub use synth::Preset;
 pub use tokenizer::Tokenizer;

@@ -12,18 +12,22 @@ use serde::Deserialize;
 
 use super::config::ModelConfig;
 use super::error::ModelError;
+use super::quant::{Blocks, WeightType};
 use super::safetensors_io::SafetensorsFile;
 
 pub const SINGLE_FILE: &str = "model.safetensors";
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
 
-/// One f32 tensor, row-major.
+/// One tensor, row-major: its f32 values, and for a matrix kept in GGUF blocks the blocks
+/// themselves (`data` is then their dequantization, see [`super::quant`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tensor {
     /// The Hugging Face name, e.g. `model.layers.0.mlp.up_proj.weight`.
     pub name: String,
     pub shape: Vec<usize>,
     pub data: Vec<f32>,
+    /// The blocks the GPU reads as they are; `None`: the GPU reads `data` as f16.
+    pub blocks: Option<Blocks>,
 }
 
 impl Tensor {
@@ -32,7 +36,29 @@ impl Tensor {
             name: name.into(),
             shape: shape.to_vec(),
             data,
+            blocks: None,
         }
+    }
+
+    /// A matrix kept in GGUF blocks; its values are the blocks dequantized (`gguf::dequant`).
+    pub fn from_blocks(
+        name: impl Into<String>,
+        shape: &[usize],
+        blocks: Blocks,
+    ) -> Result<Self, ModelError> {
+        let name = name.into();
+        let data = blocks.dequantize(&name, shape)?;
+        Ok(Self {
+            name,
+            shape: shape.to_vec(),
+            data,
+            blocks: Some(blocks),
+        })
+    }
+
+    /// How the GPU stores this tensor.
+    pub fn wtype(&self) -> WeightType {
+        self.blocks.as_ref().map_or(WeightType::F16, |b| b.wtype)
     }
 
     pub fn elements(&self) -> usize {

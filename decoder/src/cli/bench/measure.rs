@@ -67,7 +67,8 @@ pub(super) fn medians(recs: &[&TokenRecord]) -> Medians {
     }
 }
 
-/// llama.cpp at every context of the sweep (batch 1), on the bench's weights exported to GGUF.
+/// llama.cpp at every context of the sweep (batch 1), on the bench's weights exported to GGUF (or
+/// on the GGUF file itself when `--model` names one).
 pub(super) fn llama_rows(
     args: &Args,
     path: &std::path::Path,
@@ -75,10 +76,16 @@ pub(super) fn llama_rows(
     rows: &[Row],
 ) -> anyhow::Result<Vec<peer::PeerRow>> {
     let bin = peer::server_binary(path)?;
-    let dir = crate::model::resolve_model(&args.model.model)
-        .with_context(|| format!("cannot find the model {:?}", args.model.model))?;
-    eprintln!("llama.cpp: exporting {} to GGUF", dir.display());
-    let gguf = peer::export_model(&dir, &args.out)?;
+    let spec = std::path::Path::new(&args.model.model);
+    let gguf = if crate::gguf::is_gguf_file(spec) {
+        // The same file, its blocks as they are, for both decoders.
+        spec.to_path_buf()
+    } else {
+        let dir = crate::model::resolve_model(&args.model.model)
+            .with_context(|| format!("cannot find the model {:?}", args.model.model))?;
+        eprintln!("llama.cpp: exporting {} to GGUF", dir.display());
+        peer::export_model(&dir, &args.out)?
+    };
     let prompts: Vec<Vec<u32>> = args
         .context
         .iter()
@@ -322,7 +329,7 @@ pub(super) fn measure(
         .with_context(|| format!("cannot write {}", file.display()))?;
     let shape = engine.shape();
     let kv_row_bytes = shape.kv_dim() as u64 * kv.dtype.bytes();
-    let bytes_per_step = shape.weight_bytes_per_token() as f64
+    let bytes_per_step = shape.weight_bytes_per_token(engine.weight_types()) as f64
         + m.kv_positions * 2.0 * shape.layers as f64 * kv_row_bytes as f64;
     let wall_s = m.wall_us * 1e-6;
     Ok(Row {

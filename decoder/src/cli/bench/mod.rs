@@ -22,6 +22,7 @@ use super::run::{ModelArgs, PromptArgs, load_model, prompt_ids};
 use crate::capture::{CaptureSpec, batch_prompts, build_trace};
 use crate::exec::engine::{Engine, EngineOptions, Timestamps, shape_of};
 use crate::exec::knobs::{Kernels, Knobs, Mode};
+use crate::exec::program::WeightTypes;
 use crate::generate::Generation;
 use crate::kv::{KvConfig, KvDtype, KvKind, PagedAttention};
 use crate::vk::{Gpu, GpuOptions};
@@ -329,7 +330,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         device: gpu.info().name.clone(),
         device_type: gpu.info().device_type.clone(),
         driver: format!("{} {}", gpu.info().driver_name, gpu.info().driver_info),
-        weight_bytes_per_token: shape_of(&model.config, 1).weight_bytes_per_token(),
+        weight_bytes_per_token: shape_of(&model.config, 1)
+            .weight_bytes_per_token(&WeightTypes::of(&model.weights)),
         bandwidth,
     };
     let mut rows: Vec<Row> = Vec::new();

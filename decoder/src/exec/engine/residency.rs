@@ -173,6 +173,7 @@ impl Engine {
         }
         let fused = crate::exec::program::lower(
             &self.shape,
+            &self.wtypes,
             &self.tuning,
             &self.kv,
             Kernels::Fused,
@@ -328,6 +329,7 @@ impl Engine {
         tuning.persistent_groups = groups;
         let steps = crate::exec::program::lower(
             &self.shape,
+            &self.wtypes,
             &tuning,
             &self.kv,
             Kernels::Persistent,

@@ -6,8 +6,8 @@ use profiler::trace::ClockMeta;
 
 use super::{Engine, Timestamps, chain};
 use crate::exec::kernels::{RowParams, TokenParams};
-use crate::exec::program::Buf;
-use crate::model::{ModelConfig, Weights};
+use crate::exec::program::{Buf, matrix_bytes};
+use crate::model::{ModelConfig, Tensor, Weights};
 use crate::vk::BufferDesc;
 
 impl Engine {
@@ -70,7 +70,9 @@ impl Engine {
         if !self.tied {
             want.push((
                 Buf::LmHead,
-                BufferDesc::device(s.vocab as u64 * s.hidden as u64 * 2),
+                BufferDesc::device(
+                    matrix_bytes(self.wtypes.lm_head, s.vocab, s.hidden).div_ceil(4) * 4,
+                ),
                 "lm_head".into(),
             ));
         }
@@ -91,7 +93,7 @@ impl Engine {
     /// The activation, parameter and readback buffers, sized for the most rows a step holds.
     fn activation_buffers(&self) -> Vec<(Buf, BufferDesc, String)> {
         let s = self.shape;
-        let (b, h, f32b, f16b) = (self.kv.max_rows as u64, s.hidden as u64, 4u64, 2u64);
+        let (b, h, f32b) = (self.kv.max_rows as u64, s.hidden as u64, 4u64);
         // Rows of x per token: the persistent kernel keeps its residual rows R0, R1 and the
         // o-projection's sum there.
         let x_rows = if self.persistent() {
@@ -106,7 +108,9 @@ impl Engine {
         vec![
             (
                 Buf::Embed,
-                BufferDesc::device(s.vocab as u64 * h * f16b),
+                BufferDesc::device(
+                    matrix_bytes(self.wtypes.embed, s.vocab, s.hidden).div_ceil(4) * 4,
+                ),
                 "embed_tokens".into(),
             ),
             (Buf::FinalNorm, BufferDesc::device(h * f32b), "norm".into()),
@@ -195,9 +199,18 @@ impl Engine {
     /// Layer `l`'s weights, norms and KV cache.
     fn layer_buffers(&self, cfg: &ModelConfig, l: u32) -> Vec<(Buf, BufferDesc, String)> {
         let s = self.shape;
-        let (h, f32b, f16b) = (s.hidden as u64, 4u64, 2u64);
+        let (h, f32b) = (s.hidden as u64, 4u64);
         let geo = self.kv.geo;
-        let (qd, kvd, inter) = (s.q_dim() as u64, s.kv_dim() as u64, s.intermediate as u64);
+        let kvd = s.kv_dim() as u64;
+        let t = self.wtypes.layer(l);
+        let (hh, qd32, kvd32, inter32) = (s.hidden, s.q_dim(), s.kv_dim(), s.intermediate);
+        // Stacked weights hold each matrix in its own type, one after another; sizes rounded up
+        // to whole words (the kernels read 4-byte words).
+        let words = |b: u64| b.div_ceil(4) * 4;
+        let qkv = matrix_bytes(t.q, qd32, hh)
+            + matrix_bytes(t.k, kvd32, hh)
+            + matrix_bytes(t.v, kvd32, hh);
+        let gate_up = matrix_bytes(t.gate, inter32, hh) + matrix_bytes(t.up, inter32, hh);
         let p = format!("model.layers.{l}");
         let mut want = vec![
             (
@@ -212,22 +225,22 @@ impl Engine {
             ),
             (
                 Buf::Wqkv(l),
-                BufferDesc::device(s.qkv_rows() as u64 * h * f16b),
+                BufferDesc::device(words(qkv)),
                 format!("{p}.self_attn.qkv_proj"),
             ),
             (
                 Buf::Wo(l),
-                BufferDesc::device(h * qd * f16b),
+                BufferDesc::device(words(matrix_bytes(t.o, hh, qd32))),
                 format!("{p}.self_attn.o_proj"),
             ),
             (
                 Buf::WGateUp(l),
-                BufferDesc::device(2 * inter * h * f16b),
+                BufferDesc::device(words(gate_up)),
                 format!("{p}.mlp.gate_up_proj"),
             ),
             (
                 Buf::WDown(l),
-                BufferDesc::device(h * inter * f16b),
+                BufferDesc::device(words(matrix_bytes(t.down, hh, inter32))),
                 format!("{p}.mlp.down_proj"),
             ),
             (
@@ -259,16 +272,20 @@ impl Engine {
     /// Refuses a model whose weight and activation slices cannot be bound at their offsets.
     fn check_offset_alignment(&self) -> anyhow::Result<()> {
         let s = self.shape;
-        let (h, f32b, f16b) = (s.hidden as u64, 4u64, 2u64);
-        let (qd, kvd, inter) = (s.q_dim() as u64, s.kv_dim() as u64, s.intermediate as u64);
+        let (h, f32b, kvd) = (s.hidden as u64, 4u64, s.kv_dim() as u64);
         let align = self.gpu().info().min_storage_buffer_offset_alignment.max(1);
-        for sub in [
-            qd * h * f16b,
-            (qd + kvd) * h * f16b,
-            inter * h * f16b,
-            h * f32b,
-            kvd * f32b,
-        ] {
+        let mut subs = vec![h * f32b, kvd * f32b];
+        for l in 0..s.layers {
+            // Where k, v and up start in the stacked weights.
+            let t = self.wtypes.layer(l);
+            let q = matrix_bytes(t.q, s.q_dim(), s.hidden);
+            subs.extend([
+                q,
+                q + matrix_bytes(t.k, s.kv_dim(), s.hidden),
+                matrix_bytes(t.gate, s.intermediate, s.hidden),
+            ]);
+        }
+        for sub in subs {
             if sub % align != 0 {
                 bail!(
                     "this model's tensor sizes give a buffer offset of {sub} bytes, not a multiple of the \
@@ -290,7 +307,7 @@ impl Engine {
         let mut jobs: Vec<(Buf, Vec<u8>, u64)> = vec![
             (
                 Buf::Embed,
-                f16_bytes(&w.embed_tokens.data),
+                gpu_bytes(&w.embed_tokens),
                 w.embed_tokens.data.len() as u64,
             ),
             (
@@ -300,7 +317,7 @@ impl Engine {
             ),
         ];
         if let Some(lm) = &w.lm_head {
-            jobs.push((Buf::LmHead, f16_bytes(&lm.data), lm.data.len() as u64));
+            jobs.push((Buf::LmHead, gpu_bytes(lm), lm.data.len() as u64));
         }
         // The RoPE table: (cos, sin) of pos * inv_freq[i] in f32, as the CPU reference computes.
         let inv = cfg.rope_inv_freq();
@@ -330,11 +347,11 @@ impl Engine {
         }
         for (l, lw) in w.layers.iter().enumerate() {
             let l = l as u32;
-            let mut qkv = f16_bytes(&lw.q_proj.data);
-            qkv.extend(f16_bytes(&lw.k_proj.data));
-            qkv.extend(f16_bytes(&lw.v_proj.data));
-            let mut gu = f16_bytes(&lw.gate_proj.data);
-            gu.extend(f16_bytes(&lw.up_proj.data));
+            let mut qkv = gpu_bytes(&lw.q_proj);
+            qkv.extend(gpu_bytes(&lw.k_proj));
+            qkv.extend(gpu_bytes(&lw.v_proj));
+            let mut gu = gpu_bytes(&lw.gate_proj);
+            gu.extend(gpu_bytes(&lw.up_proj));
             let mut jobs = vec![
                 (Buf::AttnNorm(l), f32_bytes(&lw.input_layernorm.data)),
                 (
@@ -342,9 +359,9 @@ impl Engine {
                     f32_bytes(&lw.post_attention_layernorm.data),
                 ),
                 (Buf::Wqkv(l), qkv),
-                (Buf::Wo(l), f16_bytes(&lw.o_proj.data)),
+                (Buf::Wo(l), gpu_bytes(&lw.o_proj)),
                 (Buf::WGateUp(l), gu),
-                (Buf::WDown(l), f16_bytes(&lw.down_proj.data)),
+                (Buf::WDown(l), gpu_bytes(&lw.down_proj)),
             ];
             if self.persistent() {
                 jobs.push((
@@ -395,6 +412,14 @@ pub(super) fn transposed(data: &[f32], rows: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+/// A matrix as the GPU holds it: its GGUF blocks as they are, else its values as f16.
+pub(super) fn gpu_bytes(t: &Tensor) -> Vec<u8> {
+    match &t.blocks {
+        Some(b) => b.bytes.clone(),
+        None => f16_bytes(&t.data),
+    }
 }
 
 pub(super) fn f16_bytes(data: &[f32]) -> Vec<u8> {

@@ -70,6 +70,7 @@ impl Engine {
         let k = self.opts.knobs;
         let mut steps = lower(
             &self.shape,
+            &self.wtypes,
             &self.tuning,
             &self.kv,
             k.kernels,

@@ -11,13 +11,52 @@ enum MvRole {
     Head,
 }
 
+/// A weight the fused matvec reads: its buffer and up to three stacked matrices in order, each
+/// `(storage type, rows)` (`[q; k; v]`, `[gate; up]`, or one matrix).
+struct Stacked {
+    buf: Buf,
+    parts: Vec<(WeightType, u32)>,
+}
+
+impl Stacked {
+    fn one(buf: Buf, t: WeightType, rows: u32) -> Self {
+        Stacked {
+            buf,
+            parts: vec![(t, rows)],
+        }
+    }
+
+    /// The whole range, the segments' first rows and bytes (past the end where there are fewer
+    /// than three), and the three types.
+    fn layout(&self, cols: u32) -> (Range, [u32; 2], [u32; 2], [WeightType; 3]) {
+        let (mut rows, mut bytes) = (0u32, 0u64);
+        let (mut seg_row, mut seg_byte) = ([0u32; 2], [0u32; 2]);
+        let last = self.parts.last().map_or(WeightType::F16, |p| p.0);
+        let mut types = [last; 3];
+        for (i, &(t, n)) in self.parts.iter().enumerate() {
+            types[i.min(2)] = t;
+            rows += n;
+            bytes += matrix_bytes(t, n, cols);
+            if i < 2 {
+                seg_row[i] = rows;
+                seg_byte[i] = bytes as u32;
+            }
+        }
+        for i in self.parts.len()..2 {
+            seg_row[i] = rows;
+            seg_byte[i] = bytes as u32;
+        }
+        (r(self.buf, 0, bytes), seg_row, seg_byte, types)
+    }
+}
+
 impl Lower<'_> {
     #[allow(clippy::too_many_arguments)]
     fn matvec_fused(
         &mut self,
         label: String,
         region: Region,
-        w: Range,
+        w: Stacked,
         x: Range,
         y: Bind,
         norm: Option<Range>,
@@ -27,6 +66,7 @@ impl Lower<'_> {
         role: MvRole,
     ) {
         let norm_w = norm.unwrap_or(r(Buf::FinalNorm, 0, self.s.hidden as u64 * F32));
+        let (w, seg_row, seg_byte, types) = w.layout(cols);
         let mut binds = vec![read(w), read(x), y];
         if norm.is_some() {
             binds.push(read(norm_w));
@@ -41,6 +81,8 @@ impl Lower<'_> {
             cols,
             eps: self.s.eps,
             pad0: 0,
+            seg_row,
+            seg_byte,
         }
         .bytes();
         let (wg, per) = match role {
@@ -58,6 +100,9 @@ impl Lower<'_> {
             (id::ROWS, per),
             (id::NORM, norm.is_some() as u32),
             (id::EPILOGUE, epilogue),
+            (id::WTYPE, types[0].spec_id()),
+            (id::WTYPE1, types[1].spec_id()),
+            (id::WTYPE2, types[2].spec_id()),
         ]);
         self.dispatch(
             label,
@@ -87,7 +132,11 @@ impl Lower<'_> {
                 // RMSNorm folded into the stacked QKV matvec.
                 [Op::AttnNorm(l), Op::QkvProj(_), ..] => {
                     let l = *l;
-                    let w = r(Buf::Wqkv(l), 0, s.qkv_rows() as u64 * h as u64 * F16);
+                    let t = self.w.layer(l);
+                    let w = Stacked {
+                        buf: Buf::Wqkv(l),
+                        parts: vec![(t.q, qd), (t.k, s.kv_dim()), (t.v, s.kv_dim())],
+                    };
                     let y = write(self.act(Buf::Qkv, s.qkv_rows()));
                     let norm = r(Buf::AttnNorm(l), 0, h as u64 * F32);
                     self.matvec_fused(
@@ -126,7 +175,7 @@ impl Lower<'_> {
                 // o-projection with the residual add as its epilogue.
                 [Op::OProj(l), Op::AttnResidual(_), ..] => {
                     let l = *l;
-                    let w = r(Buf::Wo(l), 0, h as u64 * qd as u64 * F16);
+                    let w = Stacked::one(Buf::Wo(l), self.w.layer(l).o, h);
                     let x = rw(self.act(Buf::X, h));
                     self.matvec_fused(
                         format!("L{l}.o_proj_residual"),
@@ -145,7 +194,11 @@ impl Lower<'_> {
                 // RMSNorm + gate/up + SiLU*up in one matvec over the stacked weights.
                 [Op::MlpNorm(l), Op::GateUpProj(_), Op::SiluMul(_), ..] => {
                     let l = *l;
-                    let w = r(Buf::WGateUp(l), 0, 2 * inter as u64 * h as u64 * F16);
+                    let t = self.w.layer(l);
+                    let w = Stacked {
+                        buf: Buf::WGateUp(l),
+                        parts: vec![(t.gate, inter), (t.up, inter)],
+                    };
                     let y = write(self.act(Buf::Act, inter));
                     let norm = r(Buf::MlpNorm(l), 0, h as u64 * F32);
                     self.matvec_fused(
@@ -165,7 +218,7 @@ impl Lower<'_> {
                 // down-projection with the residual add as its epilogue.
                 [Op::DownProj(l), Op::MlpResidual(_), ..] => {
                     let l = *l;
-                    let w = r(Buf::WDown(l), 0, h as u64 * inter as u64 * F16);
+                    let w = Stacked::one(Buf::WDown(l), self.w.layer(l).down, h);
                     let x = rw(self.act(Buf::X, h));
                     self.matvec_fused(
                         format!("L{l}.down_proj_residual"),
@@ -183,7 +236,7 @@ impl Lower<'_> {
                 }
                 // Final norm folded into the lm_head matvec, then the GPU argmax.
                 [Op::FinalNorm, Op::LmHead, Op::Argmax, ..] => {
-                    let w = r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16);
+                    let w = Stacked::one(Buf::LmHead, self.w.lm_head, s.vocab);
                     let logits = self.act(Buf::Logits, s.vocab);
                     let norm = r(Buf::FinalNorm, 0, h as u64 * F32);
                     self.matvec_fused(

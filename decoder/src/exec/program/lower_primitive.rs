@@ -37,12 +37,13 @@ impl Lower<'_> {
         );
     }
 
+    /// `y = W x` for the `rows x cols` weight `w` stored as `wt`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn matvec(
         &mut self,
         label: String,
         region: Region,
-        w: Range,
+        (w, wt): (Range, WeightType),
         x: Range,
         y: Range,
         rows: u32,
@@ -63,14 +64,14 @@ impl Lower<'_> {
             if self.kind == StepKind::Prefill && self.n > 1 && cols.is_multiple_of(4) {
                 (
                     Shader::Matmul,
-                    spec(&[(id::WG, 64)]),
+                    spec(&[(id::WG, 64), (id::WTYPE, wt.spec_id())]),
                     Grid::Fixed([rows.div_ceil(32), self.n.div_ceil(32), 1]),
                 )
             } else {
                 let (wg, per) = (self.t.wg, self.t.matvec_rows);
                 (
                     Shader::Matvec,
-                    spec(&[(id::WG, wg), (id::ROWS, per)]),
+                    spec(&[(id::WG, wg), (id::ROWS, per), (id::WTYPE, wt.spec_id())]),
                     Grid::Fixed([rows.div_ceil(per), self.n, 1]),
                 )
             };
@@ -81,14 +82,21 @@ impl Lower<'_> {
 
     /// The `hidden x cols` weight `w` times the first `cols` values of `x`, into `Tmp` (which the
     /// residual add after it reads): the attention output and down projections.
-    fn proj_to_tmp(&mut self, label: String, region: Region, w: Buf, x: Buf, cols: u32) {
+    fn proj_to_tmp(
+        &mut self,
+        label: String,
+        region: Region,
+        (w, wt): (Buf, WeightType),
+        x: Buf,
+        cols: u32,
+    ) {
         let h = self.s.hidden;
         let (w, x, y) = (
-            r(w, 0, h as u64 * cols as u64 * F16),
+            r(w, 0, matrix_bytes(wt, h, cols)),
             self.act(x, cols),
             self.act(Buf::Tmp, h),
         );
-        self.matvec(label, region, w, x, y, h, cols);
+        self.matvec(label, region, (w, wt), x, y, h, cols);
     }
 
     /// Generic-primitive lowering of one op: its own dispatches (or transfer copy).
@@ -110,10 +118,11 @@ impl Lower<'_> {
             },
             Op::OProj(l) => {
                 let label = format!("L{l}.o_proj");
+                let wt = self.w.layer(l).o;
                 self.proj_to_tmp(
                     label,
                     Region::Attn(l),
-                    Buf::Wo(l),
+                    (Buf::Wo(l), wt),
                     Buf::Attn,
                     self.s.q_dim(),
                 );
@@ -128,7 +137,8 @@ impl Lower<'_> {
             Op::DownProj(l) => {
                 let label = format!("L{l}.down_proj");
                 let inter = self.s.intermediate;
-                self.proj_to_tmp(label, Region::Mlp(l), Buf::WDown(l), Buf::Act, inter);
+                let wt = self.w.layer(l).down;
+                self.proj_to_tmp(label, Region::Mlp(l), (Buf::WDown(l), wt), Buf::Act, inter);
             }
             Op::MlpResidual(l) => self.add(format!("L{l}.mlp_residual"), Region::Mlp(l)),
             Op::FinalNorm => self.final_norm(),
@@ -155,18 +165,26 @@ impl Lower<'_> {
             (Buf::Q, Buf::K)
         };
         let hx = self.act(Buf::H, h);
+        let t = self.w.layer(l);
         let outs = [
-            ("q_proj", 0, qd, self.act(qo, qd)),
-            ("k_proj", qd, kvd, self.act(ko, kvd)),
-            ("v_proj", qd + kvd, kvd, self.act(Buf::V, kvd)),
+            ("q_proj", t.q, qd, self.act(qo, qd)),
+            ("k_proj", t.k, kvd, self.act(ko, kvd)),
+            ("v_proj", t.v, kvd, self.act(Buf::V, kvd)),
         ];
-        for (name, first_row, rows, y) in outs {
-            let w = r(
-                Buf::Wqkv(l),
-                first_row as u64 * h as u64 * F16,
-                rows as u64 * h as u64 * F16,
+        // The three matrices lie one after another in the stacked buffer, each in its own type.
+        let mut offset = 0;
+        for (name, wt, rows, y) in outs {
+            let w = r(Buf::Wqkv(l), offset, matrix_bytes(wt, rows, h));
+            offset += w.bytes;
+            self.matvec(
+                format!("L{l}.{name}"),
+                Region::Attn(l),
+                (w, wt),
+                hx,
+                y,
+                rows,
+                h,
             );
-            self.matvec(format!("L{l}.{name}"), Region::Attn(l), w, hx, y, rows, h);
         }
     }
 
@@ -241,13 +259,14 @@ impl Lower<'_> {
     /// The gate and up projections of `H`: two matvecs over the stacked `WGateUp`.
     fn gate_up_proj(&mut self, l: u32) {
         let (h, inter) = (self.s.hidden, self.s.intermediate);
-        let half = inter as u64 * h as u64 * F16;
+        let t = self.w.layer(l);
+        let gate = matrix_bytes(t.gate, inter, h);
         let hx = self.act(Buf::H, h);
         let (g, u) = (self.act(Buf::Gate, inter), self.act(Buf::Up, inter));
         self.matvec(
             format!("L{l}.gate_proj"),
             Region::Mlp(l),
-            r(Buf::WGateUp(l), 0, half),
+            (r(Buf::WGateUp(l), 0, gate), t.gate),
             hx,
             g,
             inter,
@@ -256,7 +275,7 @@ impl Lower<'_> {
         self.matvec(
             format!("L{l}.up_proj"),
             Region::Mlp(l),
-            r(Buf::WGateUp(l), half, half),
+            (r(Buf::WGateUp(l), gate, matrix_bytes(t.up, inter, h)), t.up),
             hx,
             u,
             inter,
@@ -318,25 +337,27 @@ impl Lower<'_> {
         let s = *self.s;
         let h = s.hidden;
         let rows = self.head_rows();
+        let wt = self.w.lm_head;
         let (w, x) = (
-            r(Buf::LmHead, 0, s.vocab as u64 * h as u64 * F16),
+            r(Buf::LmHead, 0, matrix_bytes(wt, s.vocab, h)),
             r(Buf::H, 0, rows as u64 * h as u64 * F32),
         );
         let y = r(Buf::Logits, 0, rows as u64 * s.vocab as u64 * F32);
         let saved = self.n;
         self.n = rows;
-        self.matvec("lm_head".into(), Region::Head, w, x, y, s.vocab, h);
+        self.matvec("lm_head".into(), Region::Head, (w, wt), x, y, s.vocab, h);
         self.n = saved;
     }
 
     pub(super) fn embed(&mut self) {
         let (n, h) = (self.n, self.s.hidden);
         let ids = r(Buf::Ids, 0, n as u64 * 4);
-        let table = r(Buf::Embed, 0, self.s.vocab as u64 * h as u64 * F16);
+        let wt = self.w.embed;
+        let table = r(Buf::Embed, 0, matrix_bytes(wt, self.s.vocab, h));
         let out = self.act(Buf::X, h);
         let binds = vec![read(ids), read(table), write(out)];
         let facts = OpInfo {
-            bytes_read: ids.bytes + n as u64 * h as u64 * F16,
+            bytes_read: ids.bytes + matrix_bytes(wt, n, h),
             bytes_written: out.bytes,
             ..Default::default()
         };
@@ -347,7 +368,7 @@ impl Lower<'_> {
         }
         .bytes();
         let grid = Grid::Fixed([h.div_ceil(self.t.wg), n, 1]);
-        let sp = spec(&[(id::WG, self.t.wg)]);
+        let sp = spec(&[(id::WG, self.t.wg), (id::WTYPE, wt.spec_id())]);
         self.dispatch(
             "embed".into(),
             "embed",

@@ -11,6 +11,7 @@ use profiler::trace::OpInfo;
 use super::kernels::*;
 use super::knobs::Kernels;
 use crate::kv::KvGeometry;
+use crate::model::{WeightType, Weights};
 use crate::shaders::Shader;
 use crate::shaders::spec as id;
 
@@ -35,6 +36,107 @@ pub struct Shape {
     pub qk_norm: bool,
     /// Positions one sequence can hold (prompt and generated tokens).
     pub max_seq: u32,
+}
+
+/// The storage type of one layer's matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerTypes {
+    pub q: WeightType,
+    pub k: WeightType,
+    pub v: WeightType,
+    pub o: WeightType,
+    pub gate: WeightType,
+    pub up: WeightType,
+    pub down: WeightType,
+}
+
+impl LayerTypes {
+    pub const F16: LayerTypes = LayerTypes {
+        q: WeightType::F16,
+        k: WeightType::F16,
+        v: WeightType::F16,
+        o: WeightType::F16,
+        gate: WeightType::F16,
+        up: WeightType::F16,
+        down: WeightType::F16,
+    };
+}
+
+/// The storage type of every matrix (each tensor keeps its own, as a GGUF file gives it): part of
+/// the model description every lowering reads, beside [`Shape`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightTypes {
+    pub embed: WeightType,
+    /// The output projection's (the embedding's when tied).
+    pub lm_head: WeightType,
+    pub layers: Vec<LayerTypes>,
+}
+
+impl WeightTypes {
+    /// Every matrix f16, for `layers` layers.
+    pub fn f16(layers: u32) -> Self {
+        Self {
+            embed: WeightType::F16,
+            lm_head: WeightType::F16,
+            layers: vec![LayerTypes::F16; layers as usize],
+        }
+    }
+
+    /// The types of `w`'s matrices.
+    pub fn of(w: &Weights) -> Self {
+        Self {
+            embed: w.embed_tokens.wtype(),
+            lm_head: w.lm_head().wtype(),
+            layers: w
+                .layers
+                .iter()
+                .map(|l| LayerTypes {
+                    q: l.q_proj.wtype(),
+                    k: l.k_proj.wtype(),
+                    v: l.v_proj.wtype(),
+                    o: l.o_proj.wtype(),
+                    gate: l.gate_proj.wtype(),
+                    up: l.up_proj.wtype(),
+                    down: l.down_proj.wtype(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Layer `l`'s types (f16 past the end).
+    pub fn layer(&self, l: u32) -> LayerTypes {
+        self.layers
+            .get(l as usize)
+            .copied()
+            .unwrap_or(LayerTypes::F16)
+    }
+
+    /// Every distinct type, sorted (`[F16]` for an f16 model).
+    pub fn distinct(&self) -> Vec<WeightType> {
+        let mut v = vec![self.embed, self.lm_head];
+        for l in &self.layers {
+            v.extend([l.q, l.k, l.v, l.o, l.gate, l.up, l.down]);
+        }
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The types joined by `+` (`f16`, `q4_k+q6_k`), for messages and traces.
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.distinct().iter().map(|t| t.name()).collect();
+        names.join("+")
+    }
+
+    /// Every matrix f16.
+    pub fn all_f16(&self) -> bool {
+        self.distinct() == [WeightType::F16]
+    }
+}
+
+/// Bytes of a `rows x cols` matrix of type `t`.
+pub fn matrix_bytes(t: WeightType, rows: u32, cols: u32) -> u64 {
+    rows as u64 * t.row_bytes(cols as u64)
 }
 
 /// Where the KV cache lives and how attention reads it.
@@ -69,18 +171,30 @@ impl Shape {
     pub fn qkv_rows(&self) -> u32 {
         self.q_dim() + 2 * self.kv_dim()
     }
-    /// Bytes of weights one decode token reads: every matrix once (f16), the norms (f32), one
-    /// embedding row.
-    pub fn weight_bytes_per_token(&self) -> u64 {
-        let (h, i) = (self.hidden as u64, self.intermediate as u64);
-        let per_layer = 2 * (self.qkv_rows() as u64 * h + h * self.q_dim() as u64 + 3 * i * h)
-            + 4 * (2 * h
+    /// Bytes of weights one decode token reads: every matrix once in its storage type (blocks
+    /// with their scales), the norms (f32), one embedding row.
+    pub fn weight_bytes_per_token(&self, w: &WeightTypes) -> u64 {
+        let (h, i, q, kv) = (self.hidden, self.intermediate, self.q_dim(), self.kv_dim());
+        let norms = 4
+            * (2 * h as u64
                 + if self.qk_norm {
                     2 * self.head_dim as u64
                 } else {
                     0
                 });
-        self.layers as u64 * per_layer + 2 * self.vocab as u64 * h + 4 * h + 2 * h
+        let mut total = 0;
+        for l in 0..self.layers {
+            let t = w.layer(l);
+            total += matrix_bytes(t.q, q, h)
+                + matrix_bytes(t.k, kv, h)
+                + matrix_bytes(t.v, kv, h)
+                + matrix_bytes(t.o, h, q)
+                + matrix_bytes(t.gate, i, h)
+                + matrix_bytes(t.up, i, h)
+                + matrix_bytes(t.down, h, i)
+                + norms;
+        }
+        total + matrix_bytes(w.lm_head, self.vocab, h) + 4 * h as u64 + matrix_bytes(w.embed, 1, h)
     }
 }
 
@@ -300,6 +414,7 @@ pub fn describe(s: &Shape) -> Vec<Op> {
 /// emitted so far.
 pub(super) struct Lower<'a> {
     pub(super) s: &'a Shape,
+    pub(super) w: &'a WeightTypes,
     pub(super) t: &'a Tuning,
     pub(super) kv: &'a KvPlan,
     pub(super) n: u32,
@@ -308,7 +423,6 @@ pub(super) struct Lower<'a> {
 }
 
 pub(super) const F32: u64 = 4;
-pub(super) const F16: u64 = 2;
 
 pub(super) fn r(buf: Buf, offset: u64, bytes: u64) -> Range {
     Range { buf, offset, bytes }
@@ -453,8 +567,10 @@ impl Lower<'_> {
 /// Lowers one forward step over `n_tokens` rows of kind `kind`. Fused kernels serve decode steps
 /// (one row per sequence); a prompt chunk always uses the batched primitive kernels with the
 /// tiled prompt attention.
+#[allow(clippy::too_many_arguments)]
 pub fn lower(
     s: &Shape,
+    w: &WeightTypes,
     t: &Tuning,
     kv: &KvPlan,
     kernels: Kernels,
@@ -465,6 +581,7 @@ pub fn lower(
     let ops = describe(s);
     let mut lw = Lower {
         s,
+        w,
         t,
         kv,
         n: n_tokens.max(1),
@@ -529,6 +646,7 @@ mod tests {
         let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
         let steps = lower(
             &s,
+            &WeightTypes::f16(s.layers),
             &t,
             &plan(&s),
             Kernels::Primitive,
@@ -557,6 +675,7 @@ mod tests {
         let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
         let steps = lower(
             &s,
+            &WeightTypes::f16(s.layers),
             &t,
             &plan(&s),
             Kernels::Fused,
@@ -578,6 +697,89 @@ mod tests {
         assert_eq!(labels.len(), 1 + 4 * 7 + 2, "labels are unique");
     }
 
+    /// Q8_0 everywhere, Q6_K for layer 1's v_proj and down_proj (a mixed stack).
+    fn quantized(s: &Shape) -> WeightTypes {
+        let mut w = WeightTypes::f16(s.layers);
+        w.embed = WeightType::Q8_0;
+        w.lm_head = WeightType::Q8_0;
+        for (l, t) in w.layers.iter_mut().enumerate() {
+            let big = if l == 1 {
+                WeightType::Q6K
+            } else {
+                WeightType::Q8_0
+            };
+            *t = LayerTypes {
+                q: WeightType::Q8_0,
+                k: WeightType::Q8_0,
+                v: big,
+                o: WeightType::Q8_0,
+                gate: WeightType::Q8_0,
+                up: WeightType::Q8_0,
+                down: big,
+            };
+        }
+        w
+    }
+
+    /// Every lowering reads each matrix once per decode token, in its storage type: the weight
+    /// ranges its steps bind add up to `weight_bytes_per_token` (less the norms and the
+    /// embedding row, which the embed step reads instead of its whole table).
+    #[test]
+    fn lowerings_read_the_quantized_bytes() {
+        let s = tiny();
+        let t = Tuning::for_device(8, 8, s.max_seq, s.kv_heads);
+        let w = quantized(&s);
+        let is_matrix = |b: Buf| {
+            matches!(
+                b,
+                Buf::Wqkv(_) | Buf::Wo(_) | Buf::WGateUp(_) | Buf::WDown(_) | Buf::LmHead
+            )
+        };
+        let (h, v) = (s.hidden, s.vocab);
+        let norms = s.layers as u64 * 4 * (2 * h as u64 + 2 * s.head_dim as u64) + 4 * h as u64;
+        let want = s.weight_bytes_per_token(&w) - norms - matrix_bytes(w.embed, 1, h);
+        // The lm_head of a tied model is the embedding table.
+        assert_eq!(
+            want,
+            (0..s.layers)
+                .map(|l| {
+                    let x = w.layer(l);
+                    matrix_bytes(x.q, s.q_dim(), h)
+                        + matrix_bytes(x.k, s.kv_dim(), h)
+                        + matrix_bytes(x.v, s.kv_dim(), h)
+                        + matrix_bytes(x.o, h, s.q_dim())
+                        + matrix_bytes(x.gate, s.intermediate, h)
+                        + matrix_bytes(x.up, s.intermediate, h)
+                        + matrix_bytes(x.down, h, s.intermediate)
+                })
+                .sum::<u64>()
+                + matrix_bytes(WeightType::Q8_0, v, h)
+        );
+        for kernels in [Kernels::Primitive, Kernels::Fused] {
+            let steps = lower(&s, &w, &t, &plan(&s), kernels, 1, StepKind::Decode, false);
+            let read: u64 = steps
+                .iter()
+                .flat_map(|st| &st.binds)
+                .filter(|b| is_matrix(b.range.buf))
+                .map(|b| b.range.bytes)
+                .sum();
+            assert_eq!(read, want, "{kernels:?}");
+            // The stacked [q; k; v] of layer 1 is Q8_0 then Q6_K for v.
+            let q8 = matrix_bytes(WeightType::Q8_0, s.q_dim() + s.kv_dim(), h);
+            let v6 = matrix_bytes(WeightType::Q6K, s.kv_dim(), h);
+            let qkv: Vec<Range> = steps
+                .iter()
+                .flat_map(|st| &st.binds)
+                .map(|b| b.range)
+                .filter(|r| r.buf == Buf::Wqkv(1))
+                .collect();
+            match kernels {
+                Kernels::Primitive => assert_eq!(qkv.last(), Some(&r(Buf::Wqkv(1), q8, v6))),
+                _ => assert_eq!(qkv, [r(Buf::Wqkv(1), 0, q8 + v6)]),
+            }
+        }
+    }
+
     #[test]
     fn weight_bytes_of_qwen3_06b_shape() {
         let s = Shape {
@@ -593,7 +795,7 @@ mod tests {
             max_seq: 1024,
         };
         // REFERENCES.md: ~0.44 B layer parameters + 0.156 B tied embedding, ~1.19 GB in f16.
-        let gb = s.weight_bytes_per_token() as f64 / 1e9;
+        let gb = s.weight_bytes_per_token(&WeightTypes::f16(s.layers)) as f64 / 1e9;
         assert!((1.1..1.3).contains(&gb), "{gb} GB");
     }
 }

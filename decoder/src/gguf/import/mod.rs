@@ -24,7 +24,10 @@ use super::reader::{GgufError, GgufFile, TensorInfo, Value};
 use super::tokenizer::{GgufVocab, TokenizerError};
 
 mod hparams;
+mod load;
 mod staging;
+
+pub use load::{is_gguf_file, load_gguf_model};
 
 use hparams::*;
 use staging::*;
@@ -187,6 +190,12 @@ pub enum ImportError {
         path: PathBuf,
         tensor: String,
         what: String,
+    },
+    #[error("{}: {source}", path.display())]
+    Model {
+        path: PathBuf,
+        #[source]
+        source: Box<crate::model::ModelError>,
     },
     #[error(
         "{} already exists; pass --force to replace it, or choose another output directory",
@@ -464,9 +473,14 @@ fn plan_tensors(gguf: &GgufFile, hp: &Hparams) -> Result<Vec<Planned>, ImportErr
 /// `2i + s` of a head holds Hugging Face row `s * head_dim / 2 + i` (the two halves that
 /// RoPE rotates together become adjacent rows). `None` when the rows do not split into
 /// `n_heads` heads of an even size.
-pub fn permute_rope_rows(hf: &[f32], n_heads: usize, cols: usize) -> Option<Vec<f32>> {
+/// Rows are `cols` elements of any type (f32 values, or the bytes of whole blocks).
+pub fn permute_rope_rows<T: Copy + Default>(
+    hf: &[T],
+    n_heads: usize,
+    cols: usize,
+) -> Option<Vec<T>> {
     let (head_dim, half) = rope_head_split(hf.len(), n_heads, cols)?;
-    let mut out = vec![0f32; hf.len()];
+    let mut out = vec![T::default(); hf.len()];
     for h in 0..n_heads {
         for s in 0..2 {
             for i in 0..half {
@@ -482,9 +496,13 @@ pub fn permute_rope_rows(hf: &[f32], n_heads: usize, cols: usize) -> Option<Vec<
 
 /// The inverse of [`permute_rope_rows`]: GGUF row `2i + s` of each head goes back to Hugging
 /// Face row `s * head_dim / 2 + i`.
-pub fn unpermute_rope_rows(gguf: &[f32], n_heads: usize, cols: usize) -> Option<Vec<f32>> {
+pub fn unpermute_rope_rows<T: Copy + Default>(
+    gguf: &[T],
+    n_heads: usize,
+    cols: usize,
+) -> Option<Vec<T>> {
     let (head_dim, half) = rope_head_split(gguf.len(), n_heads, cols)?;
-    let mut out = vec![0f32; gguf.len()];
+    let mut out = vec![T::default(); gguf.len()];
     for h in 0..n_heads {
         for s in 0..2 {
             for i in 0..half {
