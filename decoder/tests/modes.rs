@@ -228,28 +228,30 @@ fn persistent_kernel_refuses_quantized_weights() {
         kernels: Kernels::Persistent,
         ..Knobs::preset(Mode::Fused)
     };
-    let err = common::with_gpu(|gpu| {
-        match Engine::new(
-            gpu,
-            &model.config,
-            &model.weights,
-            EngineOptions {
-                knobs,
-                timestamps: Timestamps::Off,
-                max_seq: 16,
-                kv: KvConfig::default(),
-                logits_readback: true,
-                tuning: Default::default(),
-            },
-        ) {
-            Ok(_) => panic!("the persistent kernel accepted Q8_0 weights"),
-            Err(e) => e.to_string(),
-        }
-    });
+    let err = refusal(&model, knobs, "the persistent kernel accepted Q8_0 weights");
     assert!(
         err.contains("--kernels persistent reads f16 weights only") && err.contains("q8_0"),
         "{err}"
     );
+}
+
+/// The error an engine with `knobs` on `model` is refused with (`accepted` is the failure when it
+/// is not).
+fn refusal(model: &Model, knobs: Knobs, accepted: &str) -> String {
+    common::with_gpu(|gpu| {
+        let opts = EngineOptions {
+            knobs,
+            timestamps: Timestamps::Off,
+            max_seq: 16,
+            kv: KvConfig::default(),
+            logits_readback: true,
+            tuning: Default::default(),
+        };
+        match Engine::new(gpu, &model.config, &model.weights, opts) {
+            Ok(_) => panic!("{accepted}"),
+            Err(e) => e.to_string(),
+        }
+    })
 }
 
 fn presets() -> Vec<(String, Knobs)> {
@@ -391,20 +393,7 @@ fn replaying_primitive_kernels_is_refused() {
         recording: "once".parse().expect("knob"),
         ..Knobs::preset(Mode::Generic)
     };
-    let err = common::with_gpu(|gpu| {
-        let opts = EngineOptions {
-            knobs,
-            timestamps: Timestamps::Off,
-            max_seq: 16,
-            kv: KvConfig::default(),
-            logits_readback: true,
-            tuning: Default::default(),
-        };
-        match Engine::new(gpu, &model.config, &model.weights, opts) {
-            Ok(_) => panic!("replaying primitive kernels was accepted"),
-            Err(e) => e.to_string(),
-        }
-    });
+    let err = refusal(&model, knobs, "replaying primitive kernels was accepted");
     assert!(
         err.contains("--recording once needs --kernels fused"),
         "{err}"
