@@ -119,6 +119,8 @@ struct Plan {
     ggml_type: u32,
     /// Permute rows for llama.cpp's RoPE layout, heads of this many.
     permute_heads: Option<usize>,
+    /// Values computed from the config rather than read from the checkpoint (`rope_freqs`).
+    computed: Option<Vec<f32>>,
 }
 
 impl Plan {
@@ -180,6 +182,7 @@ fn plans_of(cfg: &ModelConfig, mat: u32) -> Vec<Plan> {
         shape,
         ggml_type: t,
         permute_heads: permute,
+        computed: None,
     };
     let mut v = vec![p(
         "token_embd.weight".into(),
@@ -394,6 +397,23 @@ pub struct ExportSummary {
 }
 
 /// Writes `dir` (a Llama or Qwen3 checkpoint) as the GGUF file `out`.
+/// llama.cpp's `rope_freqs` for Llama 3 RoPE scaling: per pair of dimensions, the factor its
+/// frequency is divided by (1 for the high frequencies, `factor` for the low ones, smoothly in
+/// between), so that llama.cpp's angles are the ones [`ModelConfig::rope_inv_freq`] gives. `None`
+/// without scaling.
+pub fn rope_freq_factors(cfg: &ModelConfig) -> Option<Vec<f32>> {
+    let s = cfg.rope_scaling.as_ref()?;
+    let half = cfg.head_dim / 2;
+    Some(
+        (0..half)
+            .map(|i| {
+                let inv_freq = 1.0 / cfg.rope_theta.powf((2 * i) as f64 / cfg.head_dim as f64);
+                (inv_freq / s.apply(inv_freq)) as f32
+            })
+            .collect(),
+    )
+}
+
 pub fn export_gguf(dir: &Path, out: &Path, dtype: ExportDtype) -> Result<ExportSummary> {
     let cfg = ModelConfig::from_dir(dir)
         .with_context(|| format!("cannot read the checkpoint config in {}", dir.display()))?;
@@ -441,14 +461,18 @@ pub fn export_gguf(dir: &Path, out: &Path, dtype: ExportDtype) -> Result<ExportS
         ),
         (k("vocab_size"), Kv::U32(cfg.vocab as u32)),
     ]);
-    if cfg.rope_scaling.is_some() {
-        bail!(
-            "{}: Llama 3 RoPE scaling is not exported yet (llama.cpp needs its rope_freqs tensor)",
-            dir.display()
-        );
-    }
     tokenizer_kvs(dir, &cfg, &mut kvs)?;
-    let plans = plans(&cfg, dtype)?;
+    let mut plans = plans(&cfg, dtype)?;
+    if let Some(factors) = rope_freq_factors(&cfg) {
+        plans.push(Plan {
+            gguf: "rope_freqs.weight".into(),
+            hf: "(computed from rope_scaling)".into(),
+            shape: vec![factors.len()],
+            ggml_type: GGML_F32,
+            permute_heads: None,
+            computed: Some(factors),
+        });
+    }
 
     let mut header = Vec::new();
     header.extend_from_slice(b"GGUF");
@@ -479,9 +503,12 @@ pub fn export_gguf(dir: &Path, out: &Path, dtype: ExportDtype) -> Result<ExportS
         w.write_all(&header)?;
         let mut written = 0u64;
         for p in &plans {
-            let values = st
-                .read_f32(&p.hf, &p.shape)
-                .with_context(|| format!("{}: tensor {}", st_path.display(), p.hf))?;
+            let values = match &p.computed {
+                Some(v) => v.clone(),
+                None => st
+                    .read_f32(&p.hf, &p.shape)
+                    .with_context(|| format!("{}: tensor {}", st_path.display(), p.hf))?,
+            };
             let values = match p.permute_heads {
                 Some(heads) => {
                     permute_rope_rows(&values, heads, p.shape[1]).with_context(|| {
