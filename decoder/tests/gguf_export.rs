@@ -73,6 +73,11 @@ fn llama3_rope_scaling_is_exported_as_llamacpp_rope_freqs() {
         let out = tmp.path().join(format!("tiny-llama-{dtype:?}.gguf"));
         export_gguf(&dir, &out, dtype).expect("export");
         let gguf = GgufFile::open(&out).expect("open");
+        // The synthetic Llama's byte-level pre-tokenizer under the name llama.cpp knows.
+        assert_eq!(
+            gguf.get("tokenizer.ggml.pre").and_then(|v| v.as_str()),
+            Some("gpt-2")
+        );
         let info = gguf.tensor("rope_freqs.weight").expect("rope_freqs.weight");
         assert_eq!(info.ggml_type, GgmlType::F32);
         assert_eq!(info.dims, vec![(head_dim / 2) as u64]);

@@ -8,7 +8,7 @@
 //!   ([`permute_rope_rows`]); Qwen3's are written as they are.
 //! - The BPE tokenizer comes from `tokenizer.json` (`tokenizer.ggml.model = "gpt2"`), with the
 //!   pre-tokenizer name llama.cpp expects (`smollm` for SmolLM's digits-then-byte-level split,
-//!   `qwen2` for Qwen, `gpt2` for a plain byte-level one).
+//!   `qwen2` for Qwen, `gpt-2` for a plain byte-level one).
 //!
 //! The file is written to a temporary sibling and renamed into place.
 
@@ -384,7 +384,8 @@ fn pre_tokenizer_name(pre: &Json, arch: Arch) -> &'static str {
     };
     match kinds.as_slice() {
         ["Digits", "ByteLevel"] => "smollm",
-        ["ByteLevel"] => "gpt2",
+        // llama.cpp's name for GPT-2's byte-level split (it refuses "gpt2").
+        ["ByteLevel"] => "gpt-2",
         _ => "default",
     }
 }
