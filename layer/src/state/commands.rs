@@ -339,30 +339,15 @@ impl DeviceState {
     /// The op of a dispatch recorded now into `cmd`: labelled by the innermost debug-utils
     /// label, else the bound pipeline's debug name, else its stable `entry@HASH` label.
     pub fn dispatch_op_of(&mut self, cmd: u64) -> u32 {
-        if let Some(op) = self.cmds.get(&cmd).and_then(|c| c.op_cache) {
+        let Some(c) = self.cmds.get(&cmd) else {
+            return self.pipeline_op(0);
+        };
+        if let Some(op) = c.op_cache {
             return op;
         }
-        let op = {
-            let c = self.cmds.get(&cmd);
-            let label: &str = match c {
-                Some(c) => match (c.labels.last(), c.pipeline) {
-                    (Some(l), _) => l,
-                    (None, Some(p)) => self
-                        .pipeline_labels
-                        .get(&p)
-                        .map_or("dispatch", String::as_str),
-                    (None, None) => "dispatch",
-                },
-                None => "dispatch",
-            };
-            // Borrow juggling: the label lives in `self`, so look it up before inserting.
-            match self.dispatch_ops.get(label) {
-                Some(&id) => id,
-                None => {
-                    let owned = label.to_owned();
-                    self.dispatch_op(&owned)
-                }
-            }
+        let op = match (c.labels.last().cloned(), c.pipeline) {
+            (Some(label), _) => self.dispatch_op(&label),
+            (None, pipeline) => self.pipeline_op(pipeline.unwrap_or(0)),
         };
         if let Some(c) = self.cmds.get_mut(&cmd) {
             c.op_cache = Some(op);
@@ -446,23 +431,14 @@ impl DeviceState {
         if let Some(&op) = self.pipeline_ops.get(&pipeline) {
             return op;
         }
-        let op = self.find_pipeline_op(pipeline);
-        self.pipeline_ops.insert(pipeline, op);
-        op
-    }
-
-    fn find_pipeline_op(&mut self, pipeline: u64) -> u32 {
         let label = self
             .pipeline_labels
             .get(&pipeline)
-            .map_or("dispatch", String::as_str);
-        match self.dispatch_ops.get(label) {
-            Some(&id) => id,
-            None => {
-                let owned = label.to_owned();
-                self.dispatch_op(&owned)
-            }
-        }
+            .map_or("dispatch", String::as_str)
+            .to_owned();
+        let op = self.dispatch_op(&label);
+        self.pipeline_ops.insert(pipeline, op);
+        op
     }
 
     /// The op of `cmd`'s innermost debug label, if it has one open.
