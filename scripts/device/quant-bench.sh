@@ -3,7 +3,8 @@
 # `decoder export-gguf --dtype` at each of $DTYPES (default: q8_0 q4_k_m), and `decoder bench
 # --model FILE.gguf --llama-server` on each file (the decoder and llama.cpp read the same
 # blocks), then `llama-1b` (Llama 3 RoPE scaling, exported with llama.cpp's rope_freqs tensor) at
-# f16 beside llama.cpp. Run from the repository root there (no Rust toolchain: build the release
+# f16 and at each of $LLAMA_DTYPES (default: q8_0) beside llama.cpp, the quantized files read by
+# both as they are. Run from the repository root there (no Rust toolchain: build the release
 # decoder here first, README "On a GPU"):
 #
 #   scripts/device/quant-bench.sh OUT_DIR
@@ -47,4 +48,10 @@ for dtype in $dtypes; do
   [[ -f $gguf ]] || "$decoder" export-gguf qwen3-0.6b --dtype "$dtype" --out "$gguf"
   bench "qwen3-0.6b-$dtype" --model "$gguf" --mode fused
 done
-[[ $only == qwen ]] || bench llama-1b-f16 --model llama-1b --mode fused --also fused:kernels=persistent
+[[ $only == qwen ]] && exit 0
+bench llama-1b-f16 --model llama-1b --mode fused --also fused:kernels=persistent
+for dtype in ${LLAMA_DTYPES-q8_0}; do
+  gguf=$work/llama-1b-$dtype.gguf
+  [[ -f $gguf ]] || "$decoder" export-gguf llama-1b --dtype "$dtype" --out "$gguf"
+  bench "llama-1b-$dtype" --model "$gguf" --mode fused
+done

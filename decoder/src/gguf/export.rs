@@ -342,6 +342,10 @@ fn tokenizer_kvs(dir: &Path, cfg: &ModelConfig, out: &mut Vec<(String, Kv)>) -> 
             _ => None,
         })
         .collect();
+    let bos_text: Option<String> = cfg
+        .bos_token_id
+        .and_then(|b| tokens.get(b as usize))
+        .cloned();
     let pre = pre_tokenizer_name(&t["pre_tokenizer"], cfg.arch);
     out.push(("tokenizer.ggml.model".into(), Kv::Str("gpt2".into())));
     out.push(("tokenizer.ggml.pre".into(), Kv::Str(pre.into())));
@@ -355,16 +359,42 @@ fn tokenizer_kvs(dir: &Path, cfg: &ModelConfig, out: &mut Vec<(String, Kv)>) -> 
         out.push(("tokenizer.ggml.eos_token_id".into(), Kv::U32(e)));
     }
     let tc_path = dir.join("tokenizer_config.json");
-    if let Ok(text) = std::fs::read_to_string(&tc_path) {
-        let tc: Json = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not valid JSON", tc_path.display()))?;
-        let add_bos = tc["add_bos_token"].as_bool().unwrap_or(false);
-        out.push(("tokenizer.ggml.add_bos_token".into(), Kv::Bool(add_bos)));
-        if let Some(tpl) = tc["chat_template"].as_str() {
-            out.push(("tokenizer.chat_template".into(), Kv::Str(tpl.into())));
-        }
+    let tc: Json = match std::fs::read_to_string(&tc_path) {
+        Ok(text) => serde_json::from_str(&text)
+            .with_context(|| format!("{} is not valid JSON", tc_path.display()))?,
+        Err(_) => Json::Null,
+    };
+    // tokenizer_config.json's flag where it has one; else whether tokenizer.json's post-processor
+    // puts the BOS token first (Llama 3's does, and its tokenizer_config.json says nothing).
+    let add_bos = tc["add_bos_token"]
+        .as_bool()
+        .unwrap_or_else(|| post_processor_adds(&t["post_processor"], bos_text.as_deref()));
+    out.push(("tokenizer.ggml.add_bos_token".into(), Kv::Bool(add_bos)));
+    if let Some(tpl) = tc["chat_template"].as_str() {
+        out.push(("tokenizer.chat_template".into(), Kv::Str(tpl.into())));
     }
     Ok(())
+}
+
+/// Whether a tokenizer.json post-processor (`TemplateProcessing`, possibly inside a `Sequence`)
+/// starts a single sequence with the special token `bos`.
+fn post_processor_adds(p: &Json, bos: Option<&str>) -> bool {
+    let Some(bos) = bos else { return false };
+    match p["type"].as_str() {
+        Some("TemplateProcessing") => {
+            p["single"]
+                .as_array()
+                .and_then(|s| s.first())
+                .and_then(|first| first["SpecialToken"]["id"].as_str())
+                == Some(bos)
+        }
+        Some("Sequence") => p["processors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|q| post_processor_adds(q, Some(bos))),
+        _ => false,
+    }
 }
 
 /// llama.cpp's name for a tokenizer.json pre-tokenizer.

@@ -127,12 +127,16 @@ pub(super) fn read_hparams(gguf: &GgufFile) -> Result<Hparams, ImportError> {
             )));
         }
     };
-    if gguf.tensor("rope_freqs.weight").is_some() {
-        return Err(unsupported(
-            "tensor rope_freqs.weight (Llama 3.1 style RoPE frequency scaling) is not supported"
-                .to_string(),
-        ));
-    }
+    let rope_scaling = match gguf.tensor("rope_freqs.weight") {
+        None => rope_scaling,
+        Some(_) if !rope_scaling.is_null() => {
+            return Err(unsupported(format!(
+                "both {a}.rope.scaling.type and tensor rope_freqs.weight scale RoPE; a model \
+                 has one or the other"
+            )));
+        }
+        Some(t) => llama3_scaling(gguf, t, rope_theta, head_dim)?,
+    };
     let vocab_size = match gguf.tensor("token_embd.weight") {
         Some(t) if t.dims.len() == 2 => t.dims[1],
         Some(t) => {
@@ -163,6 +167,53 @@ pub(super) fn read_hparams(gguf: &GgufFile) -> Result<Hparams, ImportError> {
         rope_theta,
         rope_scaling,
         vocab_size,
+    })
+}
+
+/// The `rope_scaling` of `config.json` (Llama 3's, or null) that gives the factors of tensor
+/// `rope_freqs.weight` (`t`).
+fn llama3_scaling(
+    gguf: &GgufFile,
+    t: &TensorInfo,
+    theta: f64,
+    head_dim: u64,
+) -> Result<Json, ImportError> {
+    let path = gguf.path();
+    let pairs = head_dim / 2;
+    if t.ggml_type != GgmlType::F32 || t.dims != [pairs] {
+        return Err(ImportError::UnsupportedFeature {
+            path: path.to_path_buf(),
+            what: format!(
+                "tensor rope_freqs.weight is {} of shape {:?}; llama.cpp writes it as f32 of \
+                 shape [{pairs}] (one factor per pair of the {head_dim} head dimensions)",
+                t.ggml_type,
+                t.shape()
+            ),
+        });
+    }
+    let factors: Vec<f32> = gguf
+        .read_tensor_data(t)?
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let scaling =
+        super::rope::llama3_from_factors(&factors, theta, head_dim as usize).map_err(|why| {
+            ImportError::UnsupportedFeature {
+                path: path.to_path_buf(),
+                what: format!(
+                    "tensor rope_freqs.weight {why}; decodescope runs Llama 3 RoPE scaling only"
+                ),
+            }
+        })?;
+    Ok(match scaling {
+        None => Json::Null,
+        Some(s) => json!({
+            "rope_type": "llama3",
+            "factor": s.factor,
+            "low_freq_factor": s.low_freq_factor,
+            "high_freq_factor": s.high_freq_factor,
+            "original_max_position_embeddings": s.original_max_position_embeddings,
+        }),
     })
 }
 

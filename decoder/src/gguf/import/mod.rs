@@ -25,6 +25,7 @@ use super::tokenizer::{GgufVocab, TokenizerError};
 
 mod hparams;
 mod load;
+mod rope;
 mod staging;
 
 pub use load::{is_gguf_file, load_gguf_model};
@@ -337,6 +338,10 @@ fn plan_tensors(gguf: &GgufFile, hp: &Hparams) -> Result<Vec<Planned>, ImportErr
 
     let mut plan = Vec::with_capacity(gguf.tensors().len());
     for t in gguf.tensors() {
+        if t.name == "rope_freqs.weight" {
+            // RoPE scaling, which `read_hparams` turned into the config's `rope_scaling`.
+            continue;
+        }
         let unexpected = || ImportError::UnexpectedTensor {
             path: path.to_path_buf(),
             tensor: t.name.clone(),
