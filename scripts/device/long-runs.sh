@@ -12,6 +12,11 @@
 # the peak RSS of the whole (the process and every child it waited for, from getrusage), the
 # profiler's own peak (VmHWM, sampled while it runs) and the trace's size; `profiler stats` of the
 # long capture, and how long it and `profiler diff` of the two long traces take.
+#
+# It is a test as well: it exits 1, after writing its tables, when a long run's peak (the process
+# and its children) is more than $BOUND (default 1.5) times the short run's, when the profiler's own
+# peak grows by more than 1 KiB a step beyond 2 MiB (the bound of tests/tests/long_runs.rs), or
+# when `profiler stats` or `profiler diff` fails on the long traces.
 set -euo pipefail
 out=${1:?usage: $0 OUT_DIR}
 short=${SHORT:-2000}
@@ -20,10 +25,11 @@ decoder=$(realpath "${DECODER:-.device-bin/decoder}")
 profiler=$(realpath "${PROFILER:-.device-bin/profiler}")
 work=${WORK:-/tmp/long-runs}
 mkdir -p "$out" "$work"
-python3 - "$decoder" "$profiler" "$work" "$out" "$short" "$long" <<'PY'
+python3 - "$decoder" "$profiler" "$work" "$out" "$short" "$long" "${BOUND:-1.5}" <<'PY'
 import json, os, subprocess, sys
 decoder, profiler, work, out = sys.argv[1:5]
 short, long = int(sys.argv[5]), int(sys.argv[6])
+bound = float(sys.argv[7])
 
 def measured(args):
     # One child at a time, in a fresh process, so RUSAGE_CHILDREN's maxrss is this run's.
@@ -81,4 +87,23 @@ md.append(f"\n`profiler stats` of the long capture: {stats_s:.2f} s (exit {stats
 open(f"{out}/long-runs.md", "w").write("\n".join(md) + "\n\n`profiler stats` of the long capture:\n\n```\n" + stats.stdout + "```\n")
 json.dump(rows, open(f"{out}/long-runs.json", "w"), indent=1)
 print("\n".join(md))
+failed = []
+for what in ("capture", "record"):
+    a, b = [r for r in rows if r["run"] == what]
+    if b["whole_kib"] > bound * a["whole_kib"]:
+        failed.append(f"{what}: {long} tokens peaked at {b['whole_kib']} KiB, more than {bound}x "
+                      f"the {a['whole_kib']} KiB of {short} tokens")
+    if what == "record":
+        # The profiler keeps a few hundred bytes of every wait group to decide the steps; what a
+        # step's spans cost (kilobytes) must not stay.
+        limit = a["own_kib"] + 2048 + (long - short)
+        if b["own_kib"] > limit:
+            failed.append(f"record: the profiler alone peaked at {b['own_kib']} KiB at {long} "
+                          f"tokens, over {limit} KiB (1 KiB a step beyond 2 MiB)")
+for name, p in (("stats", stats), ("diff", diff)):
+    if p.returncode != 0:
+        failed.append(f"profiler {name} of the long traces exited {p.returncode}: {p.stderr.strip()[-300:]}")
+if failed:
+    sys.exit("long-runs: FAILED\n" + "\n".join(failed))
+print(f"long-runs: passed (every long run within {bound}x of its short one, the profiler within 1 KiB a step)")
 PY
