@@ -10,7 +10,7 @@ use profiler::trace::GpuSpan;
 
 #[test]
 fn mutated_traces_never_panic_in_stats_or_diff() {
-    let cases = 1_500;
+    let cases = 3_000;
     let kept: usize = (0..cases).map(exercise_mutated).sum();
     // About 2.5 mutations per trace, two traces per case: most are kept, so the analysis runs on
     // odd values rather than on the seeds.
