@@ -434,13 +434,10 @@ pub struct ExportSummary {
 /// without scaling.
 pub fn rope_freq_factors(cfg: &ModelConfig) -> Option<Vec<f32>> {
     let s = cfg.rope_scaling.as_ref()?;
-    let half = cfg.head_dim / 2;
     Some(
-        (0..half)
-            .map(|i| {
-                let inv_freq = 1.0 / cfg.rope_theta.powf((2 * i) as f64 / cfg.head_dim as f64);
-                (inv_freq / s.apply(inv_freq)) as f32
-            })
+        crate::model::rope_base_inv_freq(cfg.rope_theta, cfg.head_dim)
+            .into_iter()
+            .map(|inv_freq| s.divisor(inv_freq) as f32)
             .collect(),
     )
 }

@@ -113,6 +113,20 @@ impl Llama3Scaling {
             (1.0 - smooth) * inv_freq / self.factor + smooth * inv_freq
         }
     }
+
+    /// What the scaling divides inverse frequency `inv_freq` by: llama.cpp's `rope_freqs` factor
+    /// (1 for the high frequencies, `factor` for the low ones).
+    pub fn divisor(&self, inv_freq: f64) -> f64 {
+        inv_freq / self.apply(inv_freq)
+    }
+}
+
+/// RoPE's unscaled inverse frequencies (radians per position) of a head of `head_dim` dimensions,
+/// one per pair: `theta^(-2i / head_dim)`.
+pub fn rope_base_inv_freq(theta: f64, head_dim: usize) -> Vec<f64> {
+    (0..head_dim / 2)
+        .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64))
+        .collect()
 }
 
 /// The normalized configuration every other part of the decoder reads.
@@ -181,11 +195,9 @@ impl ModelConfig {
     /// of pair `i` at position `pos` is `(pos as f32) * inv_freq[i]`, and its cos and sin are
     /// taken in f32. Every backend uses exactly these values.
     pub fn rope_inv_freq(&self) -> Vec<f32> {
-        let half = self.head_dim / 2;
-        (0..half)
-            .map(|i| {
-                let exponent = (2 * i) as f64 / self.head_dim as f64;
-                let inv_freq = 1.0 / self.rope_theta.powf(exponent);
+        rope_base_inv_freq(self.rope_theta, self.head_dim)
+            .into_iter()
+            .map(|inv_freq| {
                 let scaled = match &self.rope_scaling {
                     Some(s) => s.apply(inv_freq),
                     None => inv_freq,

@@ -22,7 +22,7 @@ pub mod weights;
 
 use std::path::{Path, PathBuf};
 
-pub use config::{Arch, Llama3Scaling, ModelConfig, WeightDtype};
+pub use config::{Arch, Llama3Scaling, ModelConfig, WeightDtype, rope_base_inv_freq};
 pub use error::ModelError;
 pub use quant::{Blocks, WeightType};
 pub use reference::Reference;

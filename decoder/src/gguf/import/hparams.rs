@@ -191,11 +191,13 @@ fn llama3_scaling(
             ),
         });
     }
-    let factors: Vec<f32> = gguf
-        .read_tensor_data(t)?
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let factors =
+        dequantize(t.ggml_type, &gguf.read_tensor_data(t)?, pairs as usize).map_err(|e| {
+            ImportError::UnsupportedFeature {
+                path: path.to_path_buf(),
+                what: format!("tensor rope_freqs.weight cannot be read: {e}"),
+            }
+        })?;
     let scaling =
         super::rope::llama3_from_factors(&factors, theta, head_dim as usize).map_err(|why| {
             ImportError::UnsupportedFeature {

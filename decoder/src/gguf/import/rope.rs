@@ -14,23 +14,11 @@
 //! Whatever was recovered is checked against every factor in the file, so a tensor that does not
 //! follow Llama 3's rule is refused rather than approximated.
 
-use crate::model::Llama3Scaling;
+use crate::model::{Llama3Scaling, rope_base_inv_freq};
 
 /// The largest relative difference allowed between a factor in the file and the recovered
 /// scaling's (the file holds f32 values computed in f64 by the converter).
 const TOLERANCE: f64 = 1e-5;
-
-/// The pair frequencies (radians per position) of a head of `head_dim` dimensions.
-fn inv_freqs(theta: f64, head_dim: usize) -> Vec<f64> {
-    (0..head_dim / 2)
-        .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64))
-        .collect()
-}
-
-/// The factor `s` divides pair frequency `inv_freq` by.
-fn factor_of(s: &Llama3Scaling, inv_freq: f64) -> f64 {
-    inv_freq / s.apply(inv_freq)
-}
 
 /// Recovers the Llama 3 scaling whose factors are `factors` (one per pair, `head_dim / 2` of
 /// them) for RoPE base `theta`: `Ok(None)` when every factor is 1 (no scaling), an error that
@@ -40,7 +28,7 @@ pub(super) fn llama3_from_factors(
     theta: f64,
     head_dim: usize,
 ) -> Result<Option<Llama3Scaling>, String> {
-    let freqs = inv_freqs(theta, head_dim);
+    let freqs = rope_base_inv_freq(theta, head_dim);
     if factors.len() != freqs.len() {
         return Err(format!(
             "has {} values, but a head of {head_dim} dimensions has {} pairs",
@@ -150,7 +138,7 @@ pub(super) fn llama3_from_factors(
         original_max_position_embeddings: 1.0 / x0,
     };
     for (i, (&f, &inv)) in factors.iter().zip(&freqs).enumerate() {
-        let want = factor_of(&scaling, inv);
+        let want = scaling.divisor(inv);
         if !near(f as f64, want) {
             return Err(format!(
                 "pair {i} has factor {f}, but the Llama 3 scaling that fits the other pairs \
@@ -166,15 +154,15 @@ mod tests {
     use super::*;
 
     fn factors(s: &Llama3Scaling, theta: f64, head_dim: usize) -> Vec<f32> {
-        inv_freqs(theta, head_dim)
+        rope_base_inv_freq(theta, head_dim)
             .into_iter()
-            .map(|f| factor_of(s, f) as f32)
+            .map(|f| s.divisor(f) as f32)
             .collect()
     }
 
     /// Every pair's frequency under `s` is the one under `t`, to f32 precision.
     fn same_frequencies(s: &Llama3Scaling, t: &Llama3Scaling, theta: f64, head_dim: usize) {
-        for (i, f) in inv_freqs(theta, head_dim).into_iter().enumerate() {
+        for (i, f) in rope_base_inv_freq(theta, head_dim).into_iter().enumerate() {
             let (a, b) = (s.apply(f), t.apply(f));
             assert!((a - b).abs() <= 2e-6 * a, "pair {i}: {a} against {b}");
         }
