@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Quantized weights beside llama.cpp on the lent GPU machine: qwen3-0.6b exported by
+# Quantized weights beside llama.cpp on a GPU machine: qwen3-0.6b exported by
 # `decoder export-gguf --dtype` at each of $DTYPES (default: q8_0 q4_k_m), and `decoder bench
 # --model FILE.gguf --llama-server` on each file (the decoder and llama.cpp read the same
 # blocks), then `llama-1b` (Llama 3 RoPE scaling, exported with llama.cpp's rope_freqs tensor) at
 # f16 and at each of $LLAMA_DTYPES (default: q8_0) beside llama.cpp, the quantized files read by
-# both as they are. Run from the repository root there (no Rust toolchain: build the release
-# decoder here first, README "On a GPU"):
+# both as they are. Run from the repository root with a release build of the decoder (README
+# "On a GPU"):
 #
 #   scripts/device/quant-bench.sh OUT_DIR
 #
