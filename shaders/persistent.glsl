@@ -99,9 +99,19 @@
 // argmax writes it at the end (clk[4 layers + 1]). The host maps them onto the dispatch's
 // timestamps as one GPU span per phase.
 //
-// Per-layer weights and caches are reached through buffer device addresses (`ptrs`, 11 per
+// Per-layer weights and caches are reached through buffer device addresses (`ptrs`, PTRS per
 // layer: attn_norm, wqkv, q_norm, k_norm, wo, mlp_norm, wgate_up, wdown, k_cache, v_cache,
-// wdown^T).
+// wdown^T, and the layer's weight types in place of an address; then the embedding's and the
+// lm_head's addresses).
+//
+// Weights in GGUF blocks (WQ = 1, where any matrix is not f16): every matrix is read where it lies,
+// in its own type (per layer and matrix, from the pointer table: a Q4_K_M file mixes Q4_K and
+// Q6_K), decoded four elements at a time by quant.glsl's wload4, the arithmetic of the CPU
+// reference. The phases keep their split of the work; the loads change: the matvec rows (QKV,
+// gate/up, lm_head) stride 8 elements per lane as the f16 loads do, the merge reads its OC
+// columns of W_o per row, and the down-projection reads W_down itself (no transposed copy: the
+// file's blocks are the only copy), four consecutive channels of a row per load. The f16 kernel
+// (WQ = 0) compiles none of this and keeps its prefetches and wide loads.
 // Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
 // u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
 // [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [4 RC, n, hidden] (R0, R1, D0, D1, RC copies
@@ -117,6 +127,8 @@
 // with them constant, the compiler folds the address arithmetic, divisions, loop bounds and
 // guards that depend on them. The head groups size a subgroup's arrays (GQ / GS heads), so each
 // grouping has code of its own (chosen at run time instead, the one-group kernel spilled).
+// 26..28 are matvec_fused's weight types (unused here), 29 WQ, 30 and 31 the embedding's and the
+// lm_head's types (ggml ids; 0 or 1 f16).
 // Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
 // adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
 //
@@ -173,6 +185,10 @@ layout(constant_id = 24) const uint GS = 1;
 // to copy w % RC, so each word takes 1 / RC of the grid's atomics; a reader sums the copies (see
 // "the residual rows' copies").
 layout(constant_id = 25) const uint RC = 1;
+// Weights in GGUF blocks (see the top), and the embedding's and lm_head's types.
+layout(constant_id = 29) const uint WQ = 0;
+layout(constant_id = 30) const uint WT_EMBED = 1;
+layout(constant_id = 31) const uint WT_HEAD = 1;
 
 const uint NSG = WG / SG;
 // Query heads per subgroup of an attention unit.
@@ -205,6 +221,13 @@ layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer KR
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer KV32Ref { vec4 f4[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) writeonly buffer KV16WRef { f16vec4 h4[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) writeonly buffer KV32WRef { vec4 f4[]; };
+
+// Words of a weight matrix in GGUF blocks, for quant.glsl: `qsrc` is set to the matrix before
+// each wload4.
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer QRef { uint w[]; };
+QRef qsrc;
+#define QW(i) qsrc.w[i]
+#include "quant.glsl"
 
 layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) readonly buffer Ids { uint ids[]; };
@@ -402,7 +425,22 @@ bool ll_again(inout uint spins) {
 
 // ---- helpers ----
 
-uvec2 layer_ptr(uint l, uint k) { return ptrs[l * 11u + k]; }
+// Entries of the pointer table per layer (decoder/src/exec/persistent.rs: PTRS_PER_LAYER).
+const uint PTRS = 12;
+uvec2 layer_ptr(uint l, uint k) { return ptrs[l * PTRS + k]; }
+
+// Matrices of a layer, by their slot in the packed types: q, k, v, o, gate, up, down.
+const uint MQ = 0, MK = 1, MV = 2, MO = 3, MGATE = 4, MUP = 5, MDOWN = 6;
+
+// The weight type (ggml id) of matrix m of layer l: a byte each, in the layer's last entry.
+uint layer_wt(uint l, uint m) {
+    uvec2 p = layer_ptr(l, PTRS - 1u);
+    return ((m < 4u ? p.x : p.y) >> (8u * (m & 3u))) & 0xffu;
+}
+
+// The embedding's and the lm_head's addresses, after the layers'.
+uvec2 embed_ptr() { return ptrs[LAYERS * PTRS]; }
+uvec2 head_ptr() { return ptrs[LAYERS * PTRS + 1u]; }
 // The next matvec phase's norm weights do not depend on the step: each invocation loads its first
 // vec4 of them between a barrier's arrival and its wait, and stage() takes it from norm_pf, so
 // their round trip (and their pointer's) leaves the phase's chain.
@@ -478,8 +516,15 @@ float stage(uint src, uint t, uvec2 norm, uint l) {
         uint o = t * cols + 4 * i;
         bool own = owns4(t, i);
         if (src == SRC_EMBED) {
-            uvec4 e = embed8[(ids[t] * cols) / 8 + i / 2];
-            v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
+            if (WT_IS_F16(WT_EMBED)) {
+                uvec4 e = embed8[(ids[t] * cols) / 8 + i / 2];
+                v = (i % 2 == 0) ? half4(e.x, e.y) : half4(e.z, e.w);
+            } else {
+                // Clamped: an id past the vocabulary (the host refuses one) must not read past
+                // the embedding through its address.
+                qsrc = QRef(embed_ptr());
+                v = wload4(WT_EMBED, min(ids[t], VOCAB - 1u) * wt_row_bytes(WT_EMBED, cols), 4u * i);
+            }
             if (own) {
                 x4v[(res_at(0u) + o) / 4u] = v;
                 [[unroll]] for (uint c = 1; c < RC; c++) x4v[(copy_at(res_at(0u), c) + o) / 4u] = vec4(0.0);
@@ -615,6 +660,109 @@ vec2 part_dot2(W8Ref w, uint row0, uint row1, uint cols, uint ks, bool pre, uvec
     return vec2(subgroupAdd(acc.x), subgroupAdd(acc.y));
 }
 
+// This lane's part of a row of type t at byte rb of qsrc against xs: 8 columns from chunk i on,
+// every `stride` chunks, four chunks' loads issued before their products. Called with a constant
+// t (see wt_case), so each copy decodes one type with no branches between its loads.
+float qdot_lane(uint t, uint rb, uint n8, uint i, uint stride) {
+    float acc = 0.0;
+    for (; i + 3u * stride < n8; i += 4u * stride) {
+        vec4 w[8];
+        [[unroll]] for (uint k = 0; k < 4u; k++) {
+            uint c = 8u * (i + k * stride);
+            w[2u * k] = wload4(t, rb, c);
+            w[2u * k + 1u] = wload4(t, rb, c + 4u);
+        }
+        [[unroll]] for (uint k = 0; k < 4u; k++) {
+            uint j = i + k * stride;
+            acc += dot(w[2u * k], xs[2u * j]) + dot(w[2u * k + 1u], xs[2u * j + 1u]);
+        }
+    }
+    for (; i < n8; i += stride) acc += dot(wload4(t, rb, 8u * i), xs[2u * i]) + dot(wload4(t, rb, 8u * i + 4u), xs[2u * i + 1u]);
+    return acc;
+}
+
+// Elements c .. c + 31 (c a multiple of 32) of the row at byte rb, type Q8_0 or Q4_K (constant
+// at each call), with the block's scales read once for the 32: a Q8_0 block's 32 bytes as 8 or 9
+// aligned words, a Q4_K sub-block's 32 nibbles as 8 words after its scale and min. The products
+// are wload4's (and the CPU reference's).
+void wload32(uint t, uint rb, uint c, out vec4 w[8]) {
+    if (t == WT_Q8_0) {
+        uint b = rb + (c / 32u) * 34u;
+        float d = q_half(b);
+        uint o = (b + 2u) >> 2, sh = ((b + 2u) & 3u) * 8u;
+        uint words[9];
+        [[unroll]] for (uint k = 0; k < 9u; k++) words[k] = (k < 8u || sh != 0u) ? QW(o + k) : 0u;
+        [[unroll]] for (uint k = 0; k < 8u; k++) {
+            uint v = sh == 0u ? words[k] : (words[k] >> sh) | (words[k + 1u] << (32u - sh));
+            w[k] = vec4(d * q_i8(v, 0u), d * q_i8(v, 1u), d * q_i8(v, 2u), d * q_i8(v, 3u));
+        }
+    } else {
+        // Q4_K rows are whole 144-byte blocks from a word boundary (qkv_row's offsets too).
+        uint b = rb + (c / 256u) * 144u, j = (c & 255u) / 32u;
+        uvec2 sm = q4k_scale_min(b, j);
+        vec2 dm = unpackHalf2x16(QW(b >> 2));
+        float d1 = dm.x * float(sm.x), m1 = dm.y * float(sm.y);
+        uint q0 = (b + 16u + 32u * (j / 2u)) >> 2, hi = (j & 1u) * 4u;
+        uint words[8];
+        [[unroll]] for (uint k = 0; k < 8u; k++) words[k] = QW(q0 + k);
+        [[unroll]] for (uint k = 0; k < 8u; k++) w[k] = d1 * q_nibbles(words[k], hi) - m1;
+    }
+}
+
+// wload32's 16 elements c .. c + 15 (c a multiple of 16).
+void wload16(uint t, uint rb, uint c, out vec4 w[4]) {
+    if (t == WT_Q8_0) {
+        uint b = rb + (c / 32u) * 34u;
+        float d = q_half(b);
+        uint o = b + 2u + (c & 31u);
+        uint o4 = o >> 2, sh = (o & 3u) * 8u;
+        uint words[5];
+        [[unroll]] for (uint k = 0; k < 5u; k++) words[k] = (k < 4u || sh != 0u) ? QW(o4 + k) : 0u;
+        [[unroll]] for (uint k = 0; k < 4u; k++) {
+            uint v = sh == 0u ? words[k] : (words[k] >> sh) | (words[k + 1u] << (32u - sh));
+            w[k] = vec4(d * q_i8(v, 0u), d * q_i8(v, 1u), d * q_i8(v, 2u), d * q_i8(v, 3u));
+        }
+    } else {
+        uint b = rb + (c / 256u) * 144u, j = (c & 255u) / 32u;
+        uvec2 sm = q4k_scale_min(b, j);
+        vec2 dm = unpackHalf2x16(QW(b >> 2));
+        float d1 = dm.x * float(sm.x), m1 = dm.y * float(sm.y);
+        uint q0 = (b + 16u + 32u * (j / 2u) + (c & 31u)) >> 2, hi = (j & 1u) * 4u;
+        uint words[4];
+        [[unroll]] for (uint k = 0; k < 4u; k++) words[k] = QW(q0 + k);
+        [[unroll]] for (uint k = 0; k < 4u; k++) w[k] = d1 * q_nibbles(words[k], hi) - m1;
+    }
+}
+
+// qdot_lane for Q8_0 and Q4_K: 32 columns a lane from chunk i on, every `stride` chunks.
+float qdot32_lane(uint t, uint rb, uint n32, uint i, uint stride) {
+    float acc = 0.0;
+    for (; i < n32; i += stride) {
+        vec4 w[8];
+        wload32(t, rb, 32u * i, w);
+        [[unroll]] for (uint k = 0; k < 8u; k++) acc += dot(w[k], xs[8u * i + k]);
+    }
+    return acc;
+}
+
+// part_dot for a row in GGUF blocks (WQ): the row of type t at byte rb of the matrix at p. The
+// same lanes take the same 8 columns as in part_dot (32 for Q8_0 and Q4_K, whose scales are
+// then read once per 32). The type is a branch outside the loop: each branch's loop has its
+// type constant.
+float part_dot_q(uvec2 p, uint t, uint rb, uint cols, uint ks) {
+    qsrc = QRef(p);
+    uint n8 = cols / 8u, stride = ks * SG;
+    uint i = gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG;
+    float acc;
+    if (t == WT_Q8_0) acc = qdot32_lane(WT_Q8_0, rb, cols / 32u, i, stride);
+    else if (t == WT_Q4_K) acc = qdot32_lane(WT_Q4_K, rb, cols / 32u, i, stride);
+    else if (t == WT_Q4_0) acc = qdot_lane(WT_Q4_0, rb, n8, i, stride);
+    else if (t == WT_Q4_1) acc = qdot_lane(WT_Q4_1, rb, n8, i, stride);
+    else if (t == WT_Q6_K) acc = qdot_lane(WT_Q6_K, rb, n8, i, stride);
+    else acc = qdot_lane(WT_F16, rb, n8, i, stride);
+    return subgroupAdd(acc);
+}
+
 // Passes of a phase with `mats` matrices whose first loads are prefetched.
 uint pf_passes(uint mats) { return PF_SETS / mats; }
 
@@ -666,6 +814,7 @@ bool writes_row(uint ks) { return (gl_SubgroupID & (ks - 1u)) == 0u && subgroupE
 uint qkv_rows() { return HEADS * HEAD_DIM + 2u * KV_HEADS * HEAD_DIM; }
 
 void prefetch_qkv(uint l) {
+    if (WQ == 1u) return;
     uint rows = qkv_rows();
     prefetch_passes(W8Ref(layer_ptr(l, 1)), rows, 0u, rows, HIDDEN, 0u, 1u);
 }
@@ -902,6 +1051,17 @@ void stage_kv_store() {
 // Layer 0 also writes R0 from the embedding rows and clears D[0]: a grid barrier follows its
 // phase A. The attention's staged K and V rows travel during the phase (stage_kv_load, after the
 // staged row's loads; stage_kv_store at its end).
+// Row r of layer l's stacked q, k and v rows (each matrix in its own type, one after another):
+// its type and byte offset (WQ).
+uvec2 qkv_row(uint l, uint r) {
+    uint qd = HEADS * HEAD_DIM, kvd = KV_HEADS * HEAD_DIM;
+    uint tq = layer_wt(l, MQ), tk = layer_wt(l, MK), tv = layer_wt(l, MV);
+    uint bq = wt_row_bytes(tq, HIDDEN), bk = wt_row_bytes(tk, HIDDEN);
+    if (r < qd) return uvec2(tq, r * bq);
+    if (r < qd + kvd) return uvec2(tk, qd * bq + (r - qd) * bk);
+    return uvec2(tv, qd * bq + kvd * bk + (r - qd - kvd) * wt_row_bytes(tv, HIDDEN));
+}
+
 void phase_qkv(uint l) {
     uint n = ROWS;
     uint rows = qkv_rows(), ks = split_ks(rows), passes = mv_passes(rows, ks);
@@ -912,7 +1072,15 @@ void phase_qkv(uint l) {
         if (t == 0u) stage_kv_load(l);
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
-            float s = r < rows ? pass_dot(w, r, HIDDEN, ks, t, j) : 0.0;
+            float s = 0.0;
+            if (r < rows) {
+                if (WQ == 1u) {
+                    uvec2 tr = qkv_row(l, r);
+                    s = part_dot_q(layer_ptr(l, 1u), tr.x, tr.y, HIDDEN, ks);
+                } else {
+                    s = pass_dot(w, r, HIDDEN, ks, t, j);
+                }
+            }
             s = row_total(s, ks) * scale;
             if (r < rows && writes_row(ks)) qkv_put(t * rows + r, s, tag);
         }
@@ -1179,9 +1347,25 @@ uint wo_col8(uint u) {
 // The first merge unit's W_o loads, into pf before the merge polls its partials (free there:
 // QKV's prefetch is used, gate/up's not yet issued).
 void prefetch_wo(uint l) {
+    if (WQ == 1u) return;
     uvec4 w[2 * OR];
     load_wo(w, W8Ref(layer_ptr(l, 4)), wo_col8(gl_WorkGroupID.x));
     [[unroll]] for (uint k = 0; k < 2u * OR; k++) pf[k] = w[k];
+}
+
+// Columns c .. c + OC of W_o's row at byte rb (type t, constant at each call) times a (WQ): the
+// OC / 4 loads issued before their products.
+float wo_row(uint t, uint rb, uint c, vec4 a[OC / 4]) {
+    vec4 w[OC / 4];
+    if (t == WT_Q8_0 || t == WT_Q4_K) {
+        // The OC columns share a block (Q8_0) or a sub-block (Q4_K): its scales read once.
+        wload16(t, rb, c, w);
+    } else {
+        [[unroll]] for (uint q = 0; q < OC / 4; q++) w[q] = wload4(t, rb, c + 4u * q);
+    }
+    float v = 0.0;
+    [[unroll]] for (uint q = 0; q < OC / 4; q++) v += dot(w[q], a[q]);
+    return v;
 }
 
 void phase_merge_o(uint l) {
@@ -1200,7 +1384,9 @@ void phase_merge_o(uint l) {
         uint col8 = wo_col8(u);
         // The weights first: they do not depend on the step.
         uvec4 w[2 * OR];
-        if (u == gl_WorkGroupID.x) {
+        if (WQ == 1u) {
+            // Read per row below (wo_row).
+        } else if (u == gl_WorkGroupID.x) {
             [[unroll]] for (uint k = 0; k < 2u * OR; k++) w[k] = pf[k];
         } else {
             load_wo(w, wo, col8);
@@ -1286,6 +1472,22 @@ void phase_merge_o(uint l) {
         float inv = total > 0.0 ? 1.0 / total : 0.0;
         barrier();
         uint d = my_copy(d_at(l)) + t * HIDDEN;
+        if (WQ == 1u) {
+            // Columns col8 8 .. + OC of each row of W_o, in its type.
+            uint to = layer_wt(l, MO), rbo = wt_row_bytes(to, HEADS * hd), c = col8 * 8u;
+            qsrc = QRef(layer_ptr(l, 4u));
+            for (uint r = tid; r < HIDDEN; r += WG) {
+                float v;
+                if (to == WT_Q8_0) v = wo_row(WT_Q8_0, r * rbo, c, a);
+                else if (to == WT_Q4_0) v = wo_row(WT_Q4_0, r * rbo, c, a);
+                else if (to == WT_Q4_1) v = wo_row(WT_Q4_1, r * rbo, c, a);
+                else if (to == WT_Q4_K) v = wo_row(WT_Q4_K, r * rbo, c, a);
+                else if (to == WT_Q6_K) v = wo_row(WT_Q6_K, r * rbo, c, a);
+                else v = wo_row(WT_F16, r * rbo, c, a);
+                atomicAdd(x[d + r], v * inv);
+            }
+            continue;
+        }
         [[unroll]] for (uint m = 0; m < OR; m++) {
             uint r = tid + m * WG;
             float v = (dot8(w[2 * m], a[0], a[1]) + dot8(w[2 * m + 1], a[2], a[3])) * inv;
@@ -1301,6 +1503,7 @@ void phase_merge_o(uint l) {
 }
 
 void prefetch_gate_up(uint l) {
+    if (WQ == 1u) return;
     W8Ref w = W8Ref(layer_ptr(l, 6));
     prefetch_passes(w, INTER, 0u, INTER, HIDDEN, 0u, 2u);
     prefetch_passes(w, INTER, INTER, 2u * INTER, HIDDEN, 1u, 2u);
@@ -1326,6 +1529,38 @@ void load_down(out uvec2 dw[DE], W4Ref wd, uint i4, uint e0, uint per_wg, uint w
     }
 }
 
+// W_down's row at byte rb (type t, constant at each call) at this workgroup's e_n channels,
+// times their activations (after the staged row in xs): four consecutive channels per load where
+// a pass's slots come in fours (intermediate is a multiple of 8, so a four is all in or all past
+// the last row), four loads issued before their products; else one channel at a time.
+float down_lane(uint t, uint rb, uint e_n, uint per_wg, uint wg_shift) {
+    float acc = 0.0;
+    if (per_wg >= 4u) {
+        uint e = 0u;
+        for (; e + 12u < e_n; e += 16u) {
+            vec4 w[4];
+            [[unroll]] for (uint k = 0; k < 4u; k++) {
+                uint ek = e + 4u * k;
+                uint c = min(pass_row(ek & (per_wg - 1u), per_wg, ek >> wg_shift), INTER - 4u);
+                w[k] = wload4(t, rb, c);
+            }
+            // Channels past the last row read the last four, and their activations are zeros.
+            [[unroll]] for (uint k = 0; k < 4u; k++) acc += dot(w[k], xs[(HIDDEN + e) / 4u + k]);
+        }
+        for (; e < e_n; e += 4u) {
+            uint c = pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift);
+            if (c < INTER) acc += dot(wload4(t, rb, c), xs[(HIDDEN + e) / 4u]);
+        }
+    } else {
+        for (uint e = 0; e < e_n; e++) {
+            uint c = pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift);
+            uint a = HIDDEN + e;
+            if (c < INTER) acc += wload4(t, rb, c & ~3u)[c & 3u] * xs[a / 4u][a % 4u];
+        }
+    }
+    return acc;
+}
+
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
 // R[cur] + D), kept in shared memory after the staged row; then R[nxt] += W_down[:, those rows]
 // . act with float atomics, read from W_down^T (a contiguous row per channel). The workgroup
@@ -1346,15 +1581,22 @@ void phase_mlp(uint l) {
         // much from the merge as they gave the MLP.)
         float scale = stage(SRC_XD, t, layer_ptr(l, 5), l);
         uvec2 dw[DE];
-        load_down(dw, wd, tid, 0u, per_wg, wg_shift);
+        if (WQ == 0u) load_down(dw, wd, tid, 0u, per_wg, wg_shift);
         for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
             vec2 gu = vec2(0.0);
             if (r < rows) {
-                uvec4 p0[PF], p1[PF];
-                pass_pf(j, 0u, 2u, p0);
-                pass_pf(j, 1u, 2u, p1);
-                gu = part_dot2(w, r, r + INTER, HIDDEN, ks, t == 0u && j < pf_passes(2u), p0, p1);
+                if (WQ == 1u) {
+                    // Gate's rows, then up's, each in its own type.
+                    uint tg = layer_wt(l, MGATE), tu = layer_wt(l, MUP), bg = wt_row_bytes(tg, HIDDEN);
+                    gu.x = part_dot_q(layer_ptr(l, 6u), tg, r * bg, HIDDEN, ks);
+                    gu.y = part_dot_q(layer_ptr(l, 6u), tu, INTER * bg + r * wt_row_bytes(tu, HIDDEN), HIDDEN, ks);
+                } else {
+                    uvec4 p0[PF], p1[PF];
+                    pass_pf(j, 0u, 2u, p0);
+                    pass_pf(j, 1u, 2u, p1);
+                    gu = part_dot2(w, r, r + INTER, HIDDEN, ks, t == 0u && j < pf_passes(2u), p0, p1);
+                }
             }
             float g = row_total(gu.x, ks) * scale;
             float u = row_total(gu.y, ks) * scale;
@@ -1365,7 +1607,24 @@ void phase_mlp(uint l) {
         // The DE slots after the last channel read as zeros (see the loads below).
         if (tid < DE) xs[(HIDDEN + e_n + tid) / 4u][(HIDDEN + e_n + tid) % 4u] = 0.0;
         barrier();
-        for (uint i4 = tid; i4 < h4; i4 += WG) {
+        if (WQ == 1u) {
+            // W_down's rows (output h) in their type, at this workgroup's channels: four
+            // consecutive channels per load where a pass's slots come in fours (intermediate is a
+            // multiple of 8, so a four is all in or all past the last row), else one at a time.
+            uint td = layer_wt(l, MDOWN), rbd = wt_row_bytes(td, INTER);
+            qsrc = QRef(layer_ptr(l, 7u));
+            for (uint h = tid; h < HIDDEN; h += WG) {
+                float acc;
+                if (td == WT_Q8_0) acc = down_lane(WT_Q8_0, h * rbd, e_n, per_wg, wg_shift);
+                else if (td == WT_Q4_0) acc = down_lane(WT_Q4_0, h * rbd, e_n, per_wg, wg_shift);
+                else if (td == WT_Q4_1) acc = down_lane(WT_Q4_1, h * rbd, e_n, per_wg, wg_shift);
+                else if (td == WT_Q4_K) acc = down_lane(WT_Q4_K, h * rbd, e_n, per_wg, wg_shift);
+                else if (td == WT_Q6_K) acc = down_lane(WT_Q6_K, h * rbd, e_n, per_wg, wg_shift);
+                else acc = down_lane(WT_F16, h * rbd, e_n, per_wg, wg_shift);
+                xs[h / 4u][h % 4u] = acc;
+            }
+        }
+        for (uint i4 = tid; WQ == 0u && i4 < h4; i4 += WG) {
             vec4 acc = vec4(0.0);
             for (uint e0 = 0; e0 < e_n; e0 += DE) {
                 // No guards: a channel past the last row reads the last row and one past e_n
@@ -1449,7 +1708,16 @@ void phase_head() {
         // HR rows per subgroup at a time (r0 + k nsub), the first HC chunks per lane of each
         // loaded at once: HR x HC loads in flight per lane.
         uint n8 = HIDDEN / 8, lane = gl_SubgroupInvocationID;
-        for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; r0 < VOCAB; r0 += HR * nsub()) {
+        // An lm_head in GGUF blocks: a row per subgroup at a time.
+        for (uint r = gl_WorkGroupID.x * NSG + gl_SubgroupID; !WT_IS_F16(WT_HEAD) && r < VOCAB; r += nsub()) {
+            float s = part_dot_q(head_ptr(), WT_HEAD, r * wt_row_bytes(WT_HEAD, HIDDEN), HIDDEN, 1u) * scale;
+            if (subgroupElect()) logits[t * VOCAB + r] = s;
+            if (better(s, r, bv, bi)) {
+                bv = s;
+                bi = r;
+            }
+        }
+        for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; WT_IS_F16(WT_HEAD) && r0 < VOCAB; r0 += HR * nsub()) {
             uvec4 w[HR * HC];
             [[unroll]] for (uint k = 0; k < HR; k++) {
                 uint r = r0 + k * nsub();

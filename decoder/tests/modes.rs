@@ -129,10 +129,11 @@ fn quantized_tiny(scheme: QuantScheme) -> Model {
     model
 }
 
-/// Both presets and one knob flip on `tiny` in every quantized scheme: Q8_0, Q4_0 and Q4_1 (the tied embedding and
-/// lm_head Q6_K for the 4-bit ones), and Q4_K_M (Q4_K, with Q6_K for the output and for `v_proj`
-/// and `down_proj` of layers 2 and 3: stacked weights of two types). The GPU decodes the blocks
-/// where it reads them; the reference computes with the same blocks dequantized.
+/// Both presets, the persistent kernel and one knob flip on `tiny` in every quantized scheme:
+/// Q8_0, Q4_0 and Q4_1 (the tied embedding and lm_head Q6_K for the 4-bit ones), and Q4_K_M
+/// (Q4_K, with Q6_K for the output and for `v_proj` and `down_proj` of layers 2 and 3: stacked
+/// weights of two types). The GPU decodes the blocks where it reads them; the reference computes
+/// with the same blocks dequantized.
 #[test]
 fn presets_match_reference_on_quantized_tiny() {
     for scheme in [
@@ -154,6 +155,7 @@ fn presets_match_reference_on_quantized_tiny() {
                 ..Knobs::preset(Mode::Generic)
             },
         ));
+        settings.push(("fused with --kernels persistent".into(), persistent()));
         check_model(
             &format!("tiny {scheme:?} ({})", types.describe()),
             &model,
@@ -166,7 +168,8 @@ fn presets_match_reference_on_quantized_tiny() {
 /// GGUF files loaded with `--model FILE.gguf`: `tiny` exported by `decoder export-gguf --dtype
 /// q4_k_m` (and, as values, `--dtype f16`), and SmolLM2 from its shipped Q4_1 file (a Llama, whose q/k rows llama.cpp permuted:
 /// whole rows of blocks move back). Every matrix keeps the file's blocks byte for byte (what the
-/// engine uploads), and both presets match the reference.
+/// engine uploads), and both presets (and, on the tiny files, the persistent kernel) match the
+/// reference.
 #[test]
 fn gguf_files_keep_their_blocks_and_match_reference() {
     use decoder::gguf::GgufFile;
@@ -180,7 +183,14 @@ fn gguf_files_keep_their_blocks_and_match_reference() {
     let smollm2 = decoder::model::cache_dir()
         .expect("the decodescope cache directory")
         .join("downloads/SmolLM2-135M-Instruct.Q4_1.gguf");
-    for (file, steps, blocks) in [(tiny, 32, true), (tiny_f16, 16, false), (smollm2, 4, true)] {
+    // (file, steps, keeps blocks, the persistent kernel too): not on SmolLM2, which the persistent
+    // kernel decodes wrong at lavapipe's workgroup of 64 invocations, f16 weights too
+    // (docs/persistent-kernel.md, "Known defects").
+    for (file, steps, blocks, persistent_too) in [
+        (tiny, 32, true, true),
+        (tiny_f16, 16, false, true),
+        (smollm2, 4, true, false),
+    ] {
         let name = file.display().to_string();
         let model = load_model(&name).expect("load the GGUF file (run scripts/setup.sh)");
         let gguf = GgufFile::open(&file).expect("open the GGUF file");
@@ -210,29 +220,17 @@ fn gguf_files_keep_their_blocks_and_match_reference() {
             assert_eq!(kept, 0, "{name}: f16 matrices are values");
         }
         let types = decoder::exec::program::WeightTypes::of(&model.weights);
+        let mut settings = presets();
+        if persistent_too {
+            settings.push(("fused with --kernels persistent".into(), persistent()));
+        }
         check_model(
             &format!("{name} ({})", types.describe()),
             &model,
             steps,
-            &presets(),
+            &settings,
         );
     }
-}
-
-/// The persistent kernel reads f16 only: quantized weights are refused with a sentence, never
-/// run wrong.
-#[test]
-fn persistent_kernel_refuses_quantized_weights() {
-    let model = quantized_tiny(QuantScheme::Q8_0);
-    let knobs = Knobs {
-        kernels: Kernels::Persistent,
-        ..Knobs::preset(Mode::Fused)
-    };
-    let err = refusal(&model, knobs, "the persistent kernel accepted Q8_0 weights");
-    assert!(
-        err.contains("--kernels persistent reads f16 weights only") && err.contains("q8_0"),
-        "{err}"
-    );
 }
 
 /// The error an engine with `knobs` on `model` is refused with (`accepted` is the failure when it
@@ -252,6 +250,13 @@ fn refusal(model: &Model, knobs: Knobs, accepted: &str) -> String {
             Err(e) => e.to_string(),
         }
     })
+}
+
+fn persistent() -> Knobs {
+    Knobs {
+        kernels: Kernels::Persistent,
+        ..Knobs::preset(Mode::Fused)
+    }
 }
 
 fn presets() -> Vec<(String, Knobs)> {

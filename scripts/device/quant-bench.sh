@@ -11,8 +11,8 @@
 #
 # Expects .device-bin/decoder (override with DECODER) and llama-server at $LLAMA_SERVER (default
 # /tmp/llama, unpacked from .device-bin/llama.tar.xz when missing). $CONTEXTS (default 512,16384),
-# $TOKENS (default 256) and $MODES (default fused, plus the persistent kernel where the weights
-# are f16) set the bench; ONLY=qwen or ONLY=llama-1b runs one half. Each bench writes
+# $TOKENS (default 256) set the bench, which runs the fused preset and the persistent kernel on
+# every file; ONLY=qwen or ONLY=llama-1b runs one half. Each bench writes
 # OUT_DIR/NAME/{bench.json,bench.md} and its plots.
 set -euo pipefail
 out=${1:?usage: $0 OUT_DIR}
@@ -46,12 +46,12 @@ only=${ONLY:-}
 for dtype in $dtypes; do
   gguf=$work/qwen3-0.6b-$dtype.gguf
   [[ -f $gguf ]] || "$decoder" export-gguf qwen3-0.6b --dtype "$dtype" --out "$gguf"
-  bench "qwen3-0.6b-$dtype" --model "$gguf" --mode fused
+  bench "qwen3-0.6b-$dtype" --model "$gguf" --mode fused --also fused:kernels=persistent
 done
 [[ $only == qwen ]] && exit 0
 bench llama-1b-f16 --model llama-1b --mode fused --also fused:kernels=persistent
 for dtype in ${LLAMA_DTYPES-q8_0}; do
   gguf=$work/llama-1b-$dtype.gguf
   [[ -f $gguf ]] || "$decoder" export-gguf llama-1b --dtype "$dtype" --out "$gguf"
-  bench "llama-1b-$dtype" --model "$gguf" --mode fused
+  bench "llama-1b-$dtype" --model "$gguf" --mode fused --also fused:kernels=persistent
 done

@@ -16,7 +16,7 @@ use anyhow::{Context as _, anyhow, bail};
 use profiler::trace::{ClockMeta, GpuSpan, OpInfo};
 
 use super::kernels::{RowParams, prompt_rows};
-use super::knobs::{Kernels, Knobs};
+use super::knobs::Knobs;
 use super::program::{Buf, KvPlan, Shape, Step, StepKind, Tuning, TuningOverrides, WeightTypes};
 use super::spans::SpanLog;
 use crate::generate::{Backend, BatchBackend, SeqStep, StepOutput};
@@ -217,13 +217,6 @@ impl Engine {
             );
         }
         let wtypes = WeightTypes::of(weights);
-        if opts.knobs.kernels == Kernels::Persistent && !wtypes.all_f16() {
-            bail!(
-                "--kernels persistent reads f16 weights only, and this model's matrices are {} \
-                 (GGUF blocks); use --kernels fused or primitive, or an f16 model",
-                wtypes.describe()
-            );
-        }
         let geo = KvGeometry::new(&opts.kv, opts.max_seq);
         let kv = KvPlan {
             geo,
@@ -521,6 +514,14 @@ impl Engine {
                 self.kv.max_rows
             );
         }
+        // The kernels index the embedding by token id: one past the vocabulary would read
+        // outside it.
+        if let Some(bad) = tokens.iter().find(|&&t| t >= self.shape.vocab) {
+            bail!(
+                "token id {bad} is past the model's vocabulary of {} ids",
+                self.shape.vocab
+            );
+        }
         if kind == StepKind::Decode && self.chained() {
             return self.run_chained(tokens, rows);
         }
@@ -551,6 +552,15 @@ impl Engine {
             }
         }
         let (outs, gpu_spans, gpu_busy) = result?;
+        if let Some(bad) = outs.iter().find(|o| o.argmax >= self.shape.vocab) {
+            bail!(
+                "the {} kernels returned token id {} for a step, past the model's vocabulary of {} ids: \
+                 their result is wrong; run with --validation, or another --kernels setting",
+                self.opts.knobs.kernels,
+                bad.argmax,
+                self.shape.vocab
+            );
+        }
         log.close(token_span);
         let wall_ns = host_now_ns().saturating_sub(start_ns);
         let counters = self.rec.take_counters();

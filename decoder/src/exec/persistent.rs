@@ -11,9 +11,10 @@ use profiler::trace::OpInfo;
 
 use super::kernels::PersistentPush;
 use super::program::{
-    Action, Buf, F32, Grid, Lower, Op, Range, Region, Shape, Tuning, add_facts, r, read, rw, spec,
-    write,
+    Action, Buf, F32, Grid, Lower, Op, Range, Region, Shape, Tuning, WeightTypes, add_facts,
+    matrix_bytes, r, read, rw, spec, write,
 };
+use crate::model::WeightType;
 use crate::shaders::Shader;
 use crate::shaders::spec as id;
 
@@ -114,11 +115,20 @@ pub fn clock_offsets(c: &[u64]) -> Option<Vec<u64>> {
     (at > 0).then_some(out)
 }
 
-/// Per-layer entries of the kernel's pointer table (`ptrs`), in this order.
-pub const PTRS_PER_LAYER: usize = 11;
+/// Per-layer entries of the kernel's pointer table (`ptrs`): the addresses of
+/// [`layer_ptr_bufs`], then the layer's weight types ([`packed_types`]).
+pub const PTRS_PER_LAYER: usize = 12;
 
-/// The per-layer buffers whose device addresses the pointer table holds, in the kernel's order.
-pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER] {
+/// Bytes of the pointer table: the layers' entries, then the embedding's and the lm_head's
+/// addresses.
+pub fn ptr_table_bytes(layers: u32) -> u64 {
+    8 * (layers as u64 * PTRS_PER_LAYER as u64 + 2)
+}
+
+/// The per-layer buffers whose device addresses the pointer table holds, in the kernel's order
+/// (the last entry, the layer's weight types, is not an address). The transposed W_down exists
+/// for f16 weights only ([`reads_blocks`]).
+pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER - 1] {
     [
         Some(Buf::AttnNorm(l)),
         Some(Buf::Wqkv(l)),
@@ -132,6 +142,22 @@ pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER] {
         Some(Buf::VCache(l)),
         Some(Buf::WDownT(l)),
     ]
+}
+
+/// Whether the kernel reads weights in GGUF blocks (its `WQ`): any matrix that is not f16. It then
+/// reads every matrix in its own type and W_down itself, with no transposed copy.
+pub fn reads_blocks(w: &WeightTypes) -> bool {
+    !w.all_f16()
+}
+
+/// Layer `l`'s weight types as the kernel's `layer_wt` reads them: a byte each (ggml ids), q, k,
+/// v and o in the low word, gate, up and down in the high one.
+pub fn packed_types(w: &WeightTypes, l: u32) -> u64 {
+    let t = w.layer(l);
+    [t.q, t.k, t.v, t.o, t.gate, t.up, t.down]
+        .iter()
+        .enumerate()
+        .fold(0u64, |acc, (i, t)| acc | (t.spec_id() as u64) << (8 * i))
 }
 
 /// Subgroups per attention unit of the kernel (its `GS`), for steps of `rows` rows: the unit's
@@ -399,7 +425,9 @@ impl Lower<'_> {
     pub(super) fn persistent_binds(&self) -> Vec<super::program::Bind> {
         let s = *self.s;
         let n = self.n as u64;
-        let ptr_bytes = 8 * (s.layers as u64 * PTRS_PER_LAYER as u64);
+        let ptr_bytes = ptr_table_bytes(s.layers);
+        // Matrices in GGUF blocks are their file's bytes, rounded up to whole words.
+        let matrix = |t: WeightType| matrix_bytes(t, s.vocab, s.hidden).div_ceil(4) * 4;
         let partial = partial_bytes(&s, self.t.subgroup, n);
         let g = &self.kv.geo;
         let table: Range = r(
@@ -417,8 +445,8 @@ impl Lower<'_> {
                 0,
                 sync_bytes(self.t.persistent_groups.max(1), self.n),
             )),
-            read(r(Buf::Embed, 0, s.vocab as u64 * s.hidden as u64 * 2)),
-            read(r(Buf::LmHead, 0, s.vocab as u64 * s.hidden as u64 * 2)),
+            read(r(Buf::Embed, 0, matrix(self.w.embed))),
+            read(r(Buf::LmHead, 0, matrix(self.w.lm_head))),
             read(r(Buf::FinalNorm, 0, s.hidden as u64 * F32)),
             read(r(
                 Buf::RopeTable,
@@ -464,6 +492,9 @@ impl Lower<'_> {
                 id::RC,
                 t.persistent_res_copies.clamp(1, MAX_RESIDUAL_COPIES),
             ),
+            (id::WQ, reads_blocks(self.w) as u32),
+            (id::WT_EMBED, self.w.embed.spec_id()),
+            (id::WT_HEAD, self.w.lm_head.spec_id()),
         ];
         pairs.extend(self.kv.geo.spec());
         spec(&pairs)

@@ -19,7 +19,8 @@ use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
     DeviceCaps, PTRS_PER_LAYER, clock_offsets, clocks, fit_kv_stage, fit_workgroup, layer_ptr_bufs,
-    partial_bytes, phase_facts, push, qkv_bytes, sync_bytes, unsupported,
+    packed_types, partial_bytes, phase_facts, ptr_table_bytes, push, qkv_bytes, reads_blocks,
+    sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -116,7 +117,7 @@ impl Engine {
         let mut out = vec![
             (
                 Buf::Ptrs,
-                BufferDesc::device(8 * (self.shape.layers as u64 * PTRS_PER_LAYER as u64)),
+                BufferDesc::device(ptr_table_bytes(self.shape.layers)),
                 "persistent_ptrs".into(),
             ),
             (
@@ -140,7 +141,7 @@ impl Engine {
             ),
         ];
         let s = &self.shape;
-        for l in 0..s.layers {
+        for l in (0..s.layers).filter(|_| !reads_blocks(&self.wtypes)) {
             out.push((
                 Buf::WDownT(l),
                 BufferDesc::device(s.hidden as u64 * s.intermediate as u64 * 2),
@@ -235,7 +236,22 @@ impl Engine {
         if !self.persistent() {
             return Ok(());
         }
-        let mut table: Vec<u64> = Vec::with_capacity(self.shape.layers as usize * PTRS_PER_LAYER);
+        let mut table: Vec<u64> =
+            Vec::with_capacity(self.shape.layers as usize * PTRS_PER_LAYER + 2);
+        let address = |b: Buf| {
+            // A tied lm_head is the embedding's buffer.
+            let b = if b == Buf::LmHead && self.tied {
+                Buf::Embed
+            } else {
+                b
+            };
+            self.bufs
+                .get(&b)
+                .ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?
+                .device_address()
+                .ok_or_else(|| anyhow!("internal: no buffer device address"))
+        };
+        let blocks = reads_blocks(&self.wtypes);
         for l in 0..self.shape.layers {
             let mut bufs = layer_ptr_bufs(l);
             if self.bufs.contains_key(&Buf::QNorm(l)) {
@@ -243,18 +259,17 @@ impl Engine {
                 bufs[3] = Some(Buf::KNorm(l));
             }
             for b in bufs {
-                let addr = match b {
-                    Some(b) => self
-                        .bufs
-                        .get(&b)
-                        .ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?
-                        .device_address()
-                        .ok_or_else(|| anyhow!("internal: no buffer device address"))?,
+                table.push(match b {
+                    // No transposed W_down where the kernel reads blocks.
+                    Some(Buf::WDownT(_)) if blocks => 0,
+                    Some(b) => address(b)?,
                     None => 0,
-                };
-                table.push(addr);
+                });
             }
+            table.push(packed_types(&self.wtypes, l));
         }
+        table.push(address(Buf::Embed)?);
+        table.push(address(Buf::LmHead)?);
         let ptrs = self
             .bufs
             .get(&Buf::Ptrs)

@@ -363,7 +363,7 @@ impl Engine {
                 (Buf::WGateUp(l), gu),
                 (Buf::WDown(l), gpu_bytes(&lw.down_proj)),
             ];
-            if self.persistent() {
+            if self.persistent() && !crate::exec::persistent::reads_blocks(&self.wtypes) {
                 jobs.push((
                     Buf::WDownT(l),
                     f16_bytes(&transposed(&lw.down_proj.data, s.hidden as usize)),
