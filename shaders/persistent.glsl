@@ -681,20 +681,23 @@ float qdot_lane(uint t, uint rb, uint n8, uint i, uint stride) {
     return acc;
 }
 
-// Elements c .. c + 31 (c a multiple of 32) of the row at byte rb, type Q8_0 or Q4_K (constant
-// at each call), with the block's scales read once for the 32: a Q8_0 block's 32 bytes as 8 or 9
-// aligned words, a Q4_K sub-block's 32 nibbles as 8 words after its scale and min. The products
-// are wload4's (and the CPU reference's).
-void wload32(uint t, uint rb, uint c, out vec4 w[8]) {
+// Elements c .. c + n - 1 of the row at byte rb into w[0 .. n / 4), for a Q8_0 or Q4_K row: n is
+// 16 or 32 and c a multiple of n, both t and n constant at each call. The elements share a block
+// (Q8_0) or a sub-block (Q4_K), whose scales are read once for all n; their bytes come as aligned
+// words (a Q8_0 block's are 2 bytes past a word boundary where the block starts on one). The
+// products are wload4's (and the CPU reference's).
+void wload_run(uint t, uint rb, uint c, uint n, out vec4 w[8]) {
+    uint m = n / 4u;
+    uint words[9];
     if (t == WT_Q8_0) {
         uint b = rb + (c / 32u) * 34u;
         float d = q_half(b);
-        uint o = (b + 2u) >> 2, sh = ((b + 2u) & 3u) * 8u;
-        uint words[9];
-        [[unroll]] for (uint k = 0; k < 9u; k++) words[k] = (k < 8u || sh != 0u) ? QW(o + k) : 0u;
+        uint o = b + 2u + (c & 31u);
+        uint o4 = o >> 2, sh = (o & 3u) * 8u;
+        [[unroll]] for (uint k = 0; k < 9u; k++) words[k] = (k < m || (k == m && sh != 0u)) ? QW(o4 + k) : 0u;
         [[unroll]] for (uint k = 0; k < 8u; k++) {
             uint v = sh == 0u ? words[k] : (words[k] >> sh) | (words[k + 1u] << (32u - sh));
-            w[k] = vec4(d * q_i8(v, 0u), d * q_i8(v, 1u), d * q_i8(v, 2u), d * q_i8(v, 3u));
+            w[k] = k < m ? vec4(d * q_i8(v, 0u), d * q_i8(v, 1u), d * q_i8(v, 2u), d * q_i8(v, 3u)) : vec4(0.0);
         }
     } else {
         // Q4_K rows are whole 144-byte blocks from a word boundary (qkv_row's offsets too).
@@ -702,35 +705,9 @@ void wload32(uint t, uint rb, uint c, out vec4 w[8]) {
         uvec2 sm = q4k_scale_min(b, j);
         vec2 dm = unpackHalf2x16(QW(b >> 2));
         float d1 = dm.x * float(sm.x), m1 = dm.y * float(sm.y);
-        uint q0 = (b + 16u + 32u * (j / 2u)) >> 2, hi = (j & 1u) * 4u;
-        uint words[8];
-        [[unroll]] for (uint k = 0; k < 8u; k++) words[k] = QW(q0 + k);
-        [[unroll]] for (uint k = 0; k < 8u; k++) w[k] = d1 * q_nibbles(words[k], hi) - m1;
-    }
-}
-
-// wload32's 16 elements c .. c + 15 (c a multiple of 16).
-void wload16(uint t, uint rb, uint c, out vec4 w[4]) {
-    if (t == WT_Q8_0) {
-        uint b = rb + (c / 32u) * 34u;
-        float d = q_half(b);
-        uint o = b + 2u + (c & 31u);
-        uint o4 = o >> 2, sh = (o & 3u) * 8u;
-        uint words[5];
-        [[unroll]] for (uint k = 0; k < 5u; k++) words[k] = (k < 4u || sh != 0u) ? QW(o4 + k) : 0u;
-        [[unroll]] for (uint k = 0; k < 4u; k++) {
-            uint v = sh == 0u ? words[k] : (words[k] >> sh) | (words[k + 1u] << (32u - sh));
-            w[k] = vec4(d * q_i8(v, 0u), d * q_i8(v, 1u), d * q_i8(v, 2u), d * q_i8(v, 3u));
-        }
-    } else {
-        uint b = rb + (c / 256u) * 144u, j = (c & 255u) / 32u;
-        uvec2 sm = q4k_scale_min(b, j);
-        vec2 dm = unpackHalf2x16(QW(b >> 2));
-        float d1 = dm.x * float(sm.x), m1 = dm.y * float(sm.y);
         uint q0 = (b + 16u + 32u * (j / 2u) + (c & 31u)) >> 2, hi = (j & 1u) * 4u;
-        uint words[4];
-        [[unroll]] for (uint k = 0; k < 4u; k++) words[k] = QW(q0 + k);
-        [[unroll]] for (uint k = 0; k < 4u; k++) w[k] = d1 * q_nibbles(words[k], hi) - m1;
+        [[unroll]] for (uint k = 0; k < 8u; k++) words[k] = k < m ? QW(q0 + k) : 0u;
+        [[unroll]] for (uint k = 0; k < 8u; k++) w[k] = k < m ? d1 * q_nibbles(words[k], hi) - m1 : vec4(0.0);
     }
 }
 
@@ -739,7 +716,7 @@ float qdot32_lane(uint t, uint rb, uint n32, uint i, uint stride) {
     float acc = 0.0;
     for (; i < n32; i += stride) {
         vec4 w[8];
-        wload32(t, rb, 32u * i, w);
+        wload_run(t, rb, 32u * i, 32u, w);
         [[unroll]] for (uint k = 0; k < 8u; k++) acc += dot(w[k], xs[8u * i + k]);
     }
     return acc;
@@ -1359,7 +1336,9 @@ float wo_row(uint t, uint rb, uint c, vec4 a[OC / 4]) {
     vec4 w[OC / 4];
     if (t == WT_Q8_0 || t == WT_Q4_K) {
         // The OC columns share a block (Q8_0) or a sub-block (Q4_K): its scales read once.
-        wload16(t, rb, c, w);
+        vec4 w8[8];
+        wload_run(t, rb, c, OC, w8);
+        [[unroll]] for (uint q = 0; q < OC / 4; q++) w[q] = w8[q];
     } else {
         [[unroll]] for (uint q = 0; q < OC / 4; q++) w[q] = wload4(t, rb, c + 4u * q);
     }
