@@ -127,8 +127,8 @@ pub fn ptr_table_bytes(layers: u32) -> u64 {
 
 /// The per-layer buffers whose device addresses the pointer table holds, in the kernel's order
 /// (the last entry, the layer's weight types, is not an address). The transposed W_down exists
-/// for f16 weights only ([`reads_blocks`]).
-pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER - 1] {
+/// for f16 weights only: none where the kernel reads `blocks` ([`reads_blocks`]).
+pub fn layer_ptr_bufs(l: u32, blocks: bool) -> [Option<Buf>; PTRS_PER_LAYER - 1] {
     [
         Some(Buf::AttnNorm(l)),
         Some(Buf::Wqkv(l)),
@@ -140,7 +140,7 @@ pub fn layer_ptr_bufs(l: u32) -> [Option<Buf>; PTRS_PER_LAYER - 1] {
         Some(Buf::WDown(l)),
         Some(Buf::KCache(l)),
         Some(Buf::VCache(l)),
-        Some(Buf::WDownT(l)),
+        (!blocks).then_some(Buf::WDownT(l)),
     ]
 }
 

@@ -141,12 +141,14 @@ impl Engine {
             ),
         ];
         let s = &self.shape;
-        for l in (0..s.layers).filter(|_| !reads_blocks(&self.wtypes)) {
-            out.push((
-                Buf::WDownT(l),
-                BufferDesc::device(s.hidden as u64 * s.intermediate as u64 * 2),
-                format!("model.layers.{l}.mlp.down_proj_transposed"),
-            ));
+        if !reads_blocks(&self.wtypes) {
+            for l in 0..s.layers {
+                out.push((
+                    Buf::WDownT(l),
+                    BufferDesc::device(s.hidden as u64 * s.intermediate as u64 * 2),
+                    format!("model.layers.{l}.mlp.down_proj_transposed"),
+                ));
+            }
         }
         if self.gpu().info().shader_device_clock {
             out.push((
@@ -253,15 +255,13 @@ impl Engine {
         };
         let blocks = reads_blocks(&self.wtypes);
         for l in 0..self.shape.layers {
-            let mut bufs = layer_ptr_bufs(l);
+            let mut bufs = layer_ptr_bufs(l, blocks);
             if self.bufs.contains_key(&Buf::QNorm(l)) {
                 bufs[2] = Some(Buf::QNorm(l));
                 bufs[3] = Some(Buf::KNorm(l));
             }
             for b in bufs {
                 table.push(match b {
-                    // No transposed W_down where the kernel reads blocks.
-                    Some(Buf::WDownT(_)) if blocks => 0,
                     Some(b) => address(b)?,
                     None => 0,
                 });
