@@ -189,9 +189,6 @@ layout(constant_id = 25) const uint RC = 1;
 layout(constant_id = 29) const uint WQ = 0;
 layout(constant_id = 30) const uint WT_EMBED = 1;
 layout(constant_id = 31) const uint WT_HEAD = 1;
-// The types the layers' matrices have, as bits 1 << type (WQ): the code of every other type
-// compiles to nothing (quant_runs.glsl's Q_HAS).
-layout(constant_id = 32) const uint WTYPES = 0;
 
 const uint NSG = WG / SG;
 // Query heads per subgroup of an attention unit.
@@ -231,8 +228,6 @@ layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer QRe
 QRef qsrc;
 #define QW(i) qsrc.w[i]
 #include "quant.glsl"
-#define Q_HAS(t) (((WTYPES >> (t)) & 1u) != 0u || (t) == WT_HEAD)
-#include "quant_runs.glsl"
 
 layout(set = 0, binding = 0) readonly buffer Params { TokenParams params; uvec4 rows[]; };
 layout(set = 0, binding = 1) readonly buffer Ids { uint ids[]; };
@@ -745,43 +740,6 @@ float part_dot_q(uvec2 p, uint t, uint rb, uint cols, uint ks) {
     return subgroupAdd(acc);
 }
 
-// Rows in GGUF blocks a subgroup reads at once (WQ) by 32-element runs: the loads of all of them
-// go out before any is decoded. (4 took the kernel past the registers it has: spilled, every
-// phase was slower.)
-const uint QR = 2;
-
-// The dot products with the staged row (xs) of up to QR rows of the matrix qsrc reads: row k
-// (k < n) of type t[k] at byte rb[k], `cols` columns. Every lane of the subgroup gets s[k] (0
-// past n). Q8_0 and Q4_K rows are read one at a time as qdot32_lane reads them; the other types
-// by 32-element runs, lane l taking runs l + SG (part + ks m), every row's run fetched before any
-// is decoded (quant_runs.glsl).
-void q_rows(uint n, uint t[QR], uint rb[QR], uint cols, uint ks, out float s[QR]) {
-    uint first = gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG, span = ks * SG;
-    float acc[QR];
-    bool byrun[QR], any = false;
-    [[unroll]] for (uint k = 0; k < QR; k++) {
-        acc[k] = 0.0;
-        if (k < n && t[k] == WT_Q8_0) acc[k] = qdot32_lane(WT_Q8_0, rb[k], cols / 32u, first, span);
-        else if (k < n && t[k] == WT_Q4_K) acc[k] = qdot32_lane(WT_Q4_K, rb[k], cols / 32u, first, span);
-        byrun[k] = k < n && t[k] != WT_Q8_0 && t[k] != WT_Q4_K;
-        any = any || byrun[k];
-    }
-    for (uint i = first; any && i < cols / 32u; i += span) {
-        uint r[QR][QRAW];
-        [[unroll]] for (uint k = 0; k < QR; k++) {
-            if (byrun[k]) q_run_fetch(t[k], rb[k], i, r[k]);
-        }
-        [[unroll]] for (uint k = 0; k < QR; k++) {
-            if (byrun[k]) {
-                vec4 w[8];
-                q_run_decode(t[k], rb[k], i, r[k], w);
-                [[unroll]] for (uint q = 0; q < 8u; q++) acc[k] += dot(w[q], xs[q_run_col(t[k], i, q) / 4u]);
-            }
-        }
-    }
-    [[unroll]] for (uint k = 0; k < QR; k++) s[k] = subgroupAdd(acc[k]);
-}
-
 // Passes of a phase with `mats` matrices whose first loads are prefetched.
 uint pf_passes(uint mats) { return PF_SETS / mats; }
 
@@ -1089,30 +1047,17 @@ void phase_qkv(uint l) {
     for (uint t = 0; t < n; t++) {
         float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, layer_ptr(l, 0), l);
         if (t == 0u) stage_kv_load(l);
-        // Blocks: QR passes' rows at a time, each in its matrix's type.
-        for (uint j0 = 0; WQ == 1u && j0 < passes; j0 += QR) {
-            uint tq[QR], rq[QR], n = 0u;
-            float sq[QR];
-            [[unroll]] for (uint k = 0; k < QR; k++) {
-                uint r = mv_row(ks, j0 + k);
-                uvec2 tr = qkv_row(l, min(r, rows - 1u));
-                tq[k] = tr.x;
-                rq[k] = tr.y;
-                if (j0 + k < passes && r < rows) n = k + 1u;
-            }
-            qsrc = QRef(layer_ptr(l, 1u));
-            q_rows(n, tq, rq, HIDDEN, ks, sq);
-            [[unroll]] for (uint k = 0; k < QR; k++) {
-                uint r = mv_row(ks, j0 + k);
-                if (j0 + k < passes) {
-                    float s = row_total(sq[k], ks) * scale;
-                    if (r < rows && writes_row(ks)) qkv_put(t * rows + r, s, tag);
+        for (uint j = 0; j < passes; j++) {
+            uint r = mv_row(ks, j);
+            float s = 0.0;
+            if (r < rows) {
+                if (WQ == 1u) {
+                    uvec2 tr = qkv_row(l, r);
+                    s = part_dot_q(layer_ptr(l, 1u), tr.x, tr.y, HIDDEN, ks);
+                } else {
+                    s = pass_dot(w, r, HIDDEN, ks, t, j);
                 }
             }
-        }
-        for (uint j = 0; WQ == 0u && j < passes; j++) {
-            uint r = mv_row(ks, j);
-            float s = r < rows ? pass_dot(w, r, HIDDEN, ks, t, j) : 0.0;
             s = row_total(s, ks) * scale;
             if (r < rows && writes_row(ks)) qkv_put(t * rows + r, s, tag);
         }
@@ -1595,39 +1540,6 @@ float down_lane(uint t, uint rb, uint e_n, uint per_wg, uint wg_shift) {
     return acc;
 }
 
-// Groups of 8 channels the down-projection in blocks fetches at once per invocation.
-const uint DQ = 4;
-
-// W_down in its blocks (type t, rows of rb bytes) at this workgroup's e_n channels, times their
-// activations (after the staged row in xs), into xs[h] for this invocation's output rows h: a
-// pass's per_wg (at least 8) slots are consecutive channels, so each (row, 8 channels) is one
-// group of quant_runs.glsl, and DQ groups' loads go out before any is decoded.
-void down_groups(uint t, uint rb, uint e_n, uint per_wg) {
-    uint tid = gl_LocalInvocationIndex;
-    uint ng = e_n / 8u, gpp = per_wg / 8u, gshift = findLSB(gpp);
-    uint items = ((HIDDEN + WG - 1u) / WG) * ng;
-    for (uint h = tid; h < HIDDEN; h += WG) xs[h / 4u][h % 4u] = 0.0;
-    for (uint i0 = 0; i0 < items; i0 += DQ) {
-        uint r[DQ][QGRAW];
-        [[unroll]] for (uint k = 0; k < DQ; k++) {
-            uint it = i0 + k, m = it / ng, g = it - m * ng, h = tid + m * WG;
-            uint c = pass_row(8u * (g & (gpp - 1u)), per_wg, g >> gshift);
-            if (it < items && h < HIDDEN && c < INTER) q_group_fetch(t, h * rb, c, r[k]);
-        }
-        [[unroll]] for (uint k = 0; k < DQ; k++) {
-            uint it = i0 + k, m = it / ng, g = it - m * ng, h = tid + m * WG;
-            uint c = pass_row(8u * (g & (gpp - 1u)), per_wg, g >> gshift);
-            if (it < items && h < HIDDEN && c < INTER) {
-                vec4 w[2];
-                q_group_decode(t, h * rb, c, r[k], w);
-                // Channels e = 8 g .. 8 g + 7 of this workgroup.
-                uint a4 = (HIDDEN + 8u * g) / 4u;
-                xs[h / 4u][h % 4u] += dot(w[0], xs[a4]) + dot(w[1], xs[a4 + 1u]);
-            }
-        }
-    }
-}
-
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
 // R[cur] + D), kept in shared memory after the staged row; then R[nxt] += W_down[:, those rows]
 // . act with float atomics, read from W_down^T (a contiguous row per channel). The workgroup
@@ -1649,39 +1561,21 @@ void phase_mlp(uint l) {
         float scale = stage(SRC_XD, t, layer_ptr(l, 5), l);
         uvec2 dw[DE];
         if (WQ == 0u) load_down(dw, wd, tid, 0u, per_wg, wg_shift);
-        // Blocks: gate's and up's rows (each in its own type) of QR / 2 passes at a time.
-        uint tg = layer_wt(l, MGATE), tu = layer_wt(l, MUP), bg = wt_row_bytes(tg, HIDDEN);
-        for (uint j0 = 0; WQ == 1u && j0 < passes; j0 += QR / 2u) {
-            uint tq[QR], rq[QR], n = 0u;
-            float sq[QR];
-            [[unroll]] for (uint k = 0; k < QR / 2u; k++) {
-                uint r = mv_row(ks, j0 + k);
-                tq[2u * k] = tg;
-                rq[2u * k] = min(r, rows - 1u) * bg;
-                tq[2u * k + 1u] = tu;
-                rq[2u * k + 1u] = INTER * bg + min(r, rows - 1u) * wt_row_bytes(tu, HIDDEN);
-                if (j0 + k < passes && r < rows) n = 2u * k + 2u;
-            }
-            qsrc = QRef(layer_ptr(l, 6u));
-            q_rows(n, tq, rq, HIDDEN, ks, sq);
-            [[unroll]] for (uint k = 0; k < QR / 2u; k++) {
-                uint j = j0 + k, r = mv_row(ks, j);
-                if (j < passes) {
-                    float g = row_total(sq[2u * k], ks) * scale;
-                    float u = row_total(sq[2u * k + 1u], ks) * scale;
-                    uint a = HIDDEN + j * per_wg + (gl_SubgroupID >> findLSB(ks));
-                    if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
-                }
-            }
-        }
-        for (uint j = 0; WQ == 0u && j < passes; j++) {
+        for (uint j = 0; j < passes; j++) {
             uint r = mv_row(ks, j);
             vec2 gu = vec2(0.0);
             if (r < rows) {
-                uvec4 p0[PF], p1[PF];
-                pass_pf(j, 0u, 2u, p0);
-                pass_pf(j, 1u, 2u, p1);
-                gu = part_dot2(w, r, r + INTER, HIDDEN, ks, t == 0u && j < pf_passes(2u), p0, p1);
+                if (WQ == 1u) {
+                    // Gate's rows, then up's, each in its own type.
+                    uint tg = layer_wt(l, MGATE), tu = layer_wt(l, MUP), bg = wt_row_bytes(tg, HIDDEN);
+                    gu.x = part_dot_q(layer_ptr(l, 6u), tg, r * bg, HIDDEN, ks);
+                    gu.y = part_dot_q(layer_ptr(l, 6u), tu, INTER * bg + r * wt_row_bytes(tu, HIDDEN), HIDDEN, ks);
+                } else {
+                    uvec4 p0[PF], p1[PF];
+                    pass_pf(j, 0u, 2u, p0);
+                    pass_pf(j, 1u, 2u, p1);
+                    gu = part_dot2(w, r, r + INTER, HIDDEN, ks, t == 0u && j < pf_passes(2u), p0, p1);
+                }
             }
             float g = row_total(gu.x, ks) * scale;
             float u = row_total(gu.y, ks) * scale;
@@ -1698,8 +1592,7 @@ void phase_mlp(uint l) {
             // multiple of 8, so a four is all in or all past the last row), else one at a time.
             uint td = layer_wt(l, MDOWN), rbd = wt_row_bytes(td, INTER);
             qsrc = QRef(layer_ptr(l, 7u));
-            if (per_wg >= 8u) down_groups(td, rbd, e_n, per_wg);
-            for (uint h = tid; per_wg < 8u && h < HIDDEN; h += WG) {
+            for (uint h = tid; h < HIDDEN; h += WG) {
                 float acc;
                 if (td == WT_Q8_0) acc = down_lane(WT_Q8_0, h * rbd, e_n, per_wg, wg_shift);
                 else if (td == WT_Q4_0) acc = down_lane(WT_Q4_0, h * rbd, e_n, per_wg, wg_shift);
@@ -1794,28 +1687,13 @@ void phase_head() {
         // HR rows per subgroup at a time (r0 + k nsub), the first HC chunks per lane of each
         // loaded at once: HR x HC loads in flight per lane.
         uint n8 = HIDDEN / 8, lane = gl_SubgroupInvocationID;
-        // An lm_head in GGUF blocks: QR rows per subgroup at a time (r0 + k nsub).
-        for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; !WT_IS_F16(WT_HEAD) && r0 < VOCAB; r0 += QR * nsub()) {
-            uint tq[QR], rq[QR], nr = 0u;
-            float sq[QR];
-            [[unroll]] for (uint k = 0; k < QR; k++) {
-                uint r = r0 + k * nsub();
-                tq[k] = WT_HEAD;
-                rq[k] = min(r, VOCAB - 1u) * wt_row_bytes(WT_HEAD, HIDDEN);
-                if (r < VOCAB) nr = k + 1u;
-            }
-            qsrc = QRef(head_ptr());
-            q_rows(nr, tq, rq, HIDDEN, 1u, sq);
-            [[unroll]] for (uint k = 0; k < QR; k++) {
-                uint r = r0 + k * nsub();
-                float s = sq[k] * scale;
-                if (r < VOCAB) {
-                    if (subgroupElect()) logits[t * VOCAB + r] = s;
-                    if (better(s, r, bv, bi)) {
-                        bv = s;
-                        bi = r;
-                    }
-                }
+        // An lm_head in GGUF blocks: a row per subgroup at a time.
+        for (uint r = gl_WorkGroupID.x * NSG + gl_SubgroupID; !WT_IS_F16(WT_HEAD) && r < VOCAB; r += nsub()) {
+            float s = part_dot_q(head_ptr(), WT_HEAD, r * wt_row_bytes(WT_HEAD, HIDDEN), HIDDEN, 1u) * scale;
+            if (subgroupElect()) logits[t * VOCAB + r] = s;
+            if (better(s, r, bv, bi)) {
+                bv = s;
+                bi = r;
             }
         }
         for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; WT_IS_F16(WT_HEAD) && r0 < VOCAB; r0 += HR * nsub()) {

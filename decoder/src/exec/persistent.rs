@@ -150,15 +150,6 @@ pub fn reads_blocks(w: &WeightTypes) -> bool {
     !w.all_f16()
 }
 
-/// The kernel's `WTYPES`: bit `1 << id` for the ggml id of every layer matrix's type, so that
-/// the kernel compiles the block code of those types only.
-pub fn type_bits(w: &WeightTypes) -> u32 {
-    w.layers
-        .iter()
-        .flat_map(|t| [t.q, t.k, t.v, t.o, t.gate, t.up, t.down])
-        .fold(0, |acc, t| acc | 1 << t.spec_id())
-}
-
 /// Layer `l`'s weight types as the kernel's `layer_wt` reads them: a byte each (ggml ids), q, k,
 /// v and o in the low word, gate, up and down in the high one.
 pub fn packed_types(w: &WeightTypes, l: u32) -> u64 {
@@ -504,7 +495,6 @@ impl Lower<'_> {
             (id::WQ, reads_blocks(self.w) as u32),
             (id::WT_EMBED, self.w.embed.spec_id()),
             (id::WT_HEAD, self.w.lm_head.spec_id()),
-            (id::WTYPES, type_bits(self.w)),
         ];
         pairs.extend(self.kv.geo.spec());
         spec(&pairs)

@@ -70,14 +70,6 @@ impl Engine {
         ) {
             bail!(why);
         }
-        if reads_blocks(&self.wtypes) && !self.shape.hidden.is_multiple_of(32) {
-            // Its row matvecs take 32 columns a lane (shaders/quant_runs.glsl), f16 rows too.
-            bail!(
-                "--kernels persistent reads rows of weights in GGUF blocks 32 columns at a time, and this \
-                 model's hidden size {} is not a multiple of 32; use --kernels fused",
-                self.shape.hidden
-            );
-        }
         if self.opts.kv.gathers() {
             bail!(
                 "--paged-attention gather copies the cache for the fused kernels; the persistent kernel reads the \
