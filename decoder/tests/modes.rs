@@ -129,40 +129,52 @@ fn quantized_tiny(scheme: QuantScheme) -> Model {
     model
 }
 
-/// Both presets, the persistent kernel and one knob flip on `tiny` in every quantized scheme:
-/// Q8_0, Q4_0 and Q4_1 (the tied embedding and lm_head Q6_K for the 4-bit ones), and Q4_K_M
-/// (Q4_K, with Q6_K for the output and for `v_proj` and `down_proj` of layers 2 and 3: stacked
-/// weights of two types). The GPU decodes the blocks where it reads them; the reference computes
-/// with the same blocks dequantized.
+/// Both presets, the persistent kernel and one knob flip on `tiny` in a quantized scheme, 200
+/// steps each: Q8_0, Q4_0 and Q4_1 (the tied embedding and lm_head Q6_K for the 4-bit ones), and
+/// Q4_K_M (Q4_K, with Q6_K for the output and for `v_proj` and `down_proj` of layers 2 and 3:
+/// stacked weights of two types). The GPU decodes the blocks where it reads them; the reference
+/// computes with the same blocks dequantized.
+fn quantized_tiny_matches_reference(scheme: QuantScheme) {
+    let model = quantized_tiny(scheme);
+    let types = decoder::exec::program::WeightTypes::of(&model.weights);
+    assert!(!types.all_f16(), "{scheme:?}: the weights are blocks");
+    // The presets, and the flip that moves the fused kernels under the generic preset's
+    // scheduling (submits, waits, descriptors and barriers per dispatch).
+    let mut settings = presets();
+    settings.push((
+        "generic with --kernels fused".into(),
+        Knobs {
+            kernels: Kernels::Fused,
+            ..Knobs::preset(Mode::Generic)
+        },
+    ));
+    settings.push(("fused with --kernels persistent".into(), persistent()));
+    check_model(
+        &format!("tiny {scheme:?} ({})", types.describe()),
+        &model,
+        200,
+        &settings,
+    );
+}
+
 #[test]
-fn presets_match_reference_on_quantized_tiny() {
-    for scheme in [
-        QuantScheme::Q8_0,
-        QuantScheme::Q4_0,
-        QuantScheme::Q4_1,
-        QuantScheme::Q4KM,
-    ] {
-        let model = quantized_tiny(scheme);
-        let types = decoder::exec::program::WeightTypes::of(&model.weights);
-        assert!(!types.all_f16(), "{scheme:?}: the weights are blocks");
-        // The presets, and the flip that moves the fused kernels under the generic preset's
-        // scheduling (submits, waits, descriptors and barriers per dispatch).
-        let mut settings = presets();
-        settings.push((
-            "generic with --kernels fused".into(),
-            Knobs {
-                kernels: Kernels::Fused,
-                ..Knobs::preset(Mode::Generic)
-            },
-        ));
-        settings.push(("fused with --kernels persistent".into(), persistent()));
-        check_model(
-            &format!("tiny {scheme:?} ({})", types.describe()),
-            &model,
-            32,
-            &settings,
-        );
-    }
+fn presets_match_reference_on_tiny_q8_0() {
+    quantized_tiny_matches_reference(QuantScheme::Q8_0);
+}
+
+#[test]
+fn presets_match_reference_on_tiny_q4_0() {
+    quantized_tiny_matches_reference(QuantScheme::Q4_0);
+}
+
+#[test]
+fn presets_match_reference_on_tiny_q4_1() {
+    quantized_tiny_matches_reference(QuantScheme::Q4_1);
+}
+
+#[test]
+fn presets_match_reference_on_tiny_q4_k_m() {
+    quantized_tiny_matches_reference(QuantScheme::Q4KM);
 }
 
 /// GGUF files loaded with `--model FILE.gguf`: `tiny` exported by `decoder export-gguf --dtype
