@@ -121,6 +121,68 @@ fn check_model(model_name: &str, model: &Model, steps: usize, settings: &[(Strin
     }
 }
 
+/// Every setting against the reference for `steps` decode steps, each step fed the reference's
+/// token (teacher forcing), so that one near-tie does not part the two runs for the steps after
+/// it: at every step the GPU's argmax is the reference's, or a near-tie in the reference's logits
+/// (within LOGITS_REL_RMS of their RMS of the top: counted, and printed), and the logits are
+/// within LOGITS_REL_RMS.
+fn check_model_forced(model_name: &str, model: &Model, steps: usize, settings: &[(String, Knobs)]) {
+    let ids = prompt(model);
+    let mut cpu = model
+        .reference(ids.len() + steps + 1)
+        .expect("CPU reference");
+    cpu.set_kv(true, 0);
+    // The reference's argmax and logits after the prompt and after each of its tokens.
+    let mut want: Vec<(u32, Vec<f32>)> = Vec::with_capacity(steps + 1);
+    let out = cpu.step(&ids, 0, true).expect("reference prompt");
+    want.push((out.argmax, out.logits.expect("reference logits")));
+    for pos in ids.len()..ids.len() + steps {
+        let out = cpu
+            .step(&[want[want.len() - 1].0], pos, true)
+            .expect("reference step");
+        want.push((out.argmax, out.logits.expect("reference logits")));
+    }
+    for (name, knobs) in settings {
+        let what = format!("{model_name} {name} ({knobs})");
+        common::with_gpu(|gpu| {
+            let mut engine = engine(gpu, model, *knobs, ids.len() + steps + 1);
+            let (mut ties, mut worst) = (0, 0.0f64);
+            for (i, (top, logits)) in want.iter().enumerate() {
+                let got = if i == 0 {
+                    engine.step(&ids, 0, true)
+                } else {
+                    engine.step(&[want[i - 1].0], ids.len() + i - 1, true)
+                }
+                .expect("GPU step");
+                let e = rel_rms(got.logits.as_deref().expect("GPU logits"), logits);
+                worst = worst.max(e);
+                assert!(
+                    e < LOGITS_REL_RMS,
+                    "{what}: step {i}: logits relative RMS {e:.3e} >= {LOGITS_REL_RMS}"
+                );
+                if got.argmax != *top {
+                    let rms = (logits.iter().map(|x| (*x as f64).powi(2)).sum::<f64>()
+                        / logits.len() as f64)
+                        .sqrt();
+                    let gap = (logits[*top as usize] - logits[got.argmax as usize]) as f64;
+                    assert!(
+                        gap <= LOGITS_REL_RMS * rms,
+                        "{what}: step {i}: argmax {} where the reference's is {top}, {gap:.3e} below \
+                         it ({:.2e} of the logits' RMS)",
+                        got.argmax,
+                        gap / rms
+                    );
+                    ties += 1;
+                }
+            }
+            eprintln!(
+                "{what}: {} steps match ({ties} near-ties), worst logits relative RMS {worst:.2e}",
+                want.len()
+            );
+        });
+    }
+}
+
 /// `tiny` with its matrices in GGUF blocks as llama-quantize gives them for `scheme`.
 fn quantized_tiny(scheme: QuantScheme) -> Model {
     let mut model = load_model("tiny").expect("tiny");
@@ -130,7 +192,7 @@ fn quantized_tiny(scheme: QuantScheme) -> Model {
 }
 
 /// Both presets, the persistent kernel and one knob flip on `tiny` in a quantized scheme, 200
-/// steps each: Q8_0, Q4_0 and Q4_1 (the tied embedding and lm_head Q6_K for the 4-bit ones), and
+/// steps each (teacher-forced: check_model_forced): Q8_0, Q4_0 and Q4_1 (the tied embedding and lm_head Q6_K for the 4-bit ones), and
 /// Q4_K_M (Q4_K, with Q6_K for the output and for `v_proj` and `down_proj` of layers 2 and 3:
 /// stacked weights of two types). The GPU decodes the blocks where it reads them; the reference
 /// computes with the same blocks dequantized.
@@ -149,7 +211,7 @@ fn quantized_tiny_matches_reference(scheme: QuantScheme) {
         },
     ));
     settings.push(("fused with --kernels persistent".into(), persistent()));
-    check_model(
+    check_model_forced(
         &format!("tiny {scheme:?} ({})", types.describe()),
         &model,
         200,
