@@ -12,7 +12,7 @@ use profiler::trace::OpInfo;
 use super::kernels::PersistentPush;
 use super::program::{
     Action, Buf, F32, Grid, Lower, Op, Range, Region, Shape, Tuning, WeightTypes, add_facts,
-    matrix_bytes, r, read, rw, spec, write,
+    matrix_bytes, r, read, rw, spec, whole_words, write,
 };
 use crate::model::WeightType;
 use crate::shaders::Shader;
@@ -426,8 +426,7 @@ impl Lower<'_> {
         let s = *self.s;
         let n = self.n as u64;
         let ptr_bytes = ptr_table_bytes(s.layers);
-        // Matrices in GGUF blocks are their file's bytes, rounded up to whole words.
-        let matrix = |t: WeightType| matrix_bytes(t, s.vocab, s.hidden).div_ceil(4) * 4;
+        let matrix = |t: WeightType| whole_words(matrix_bytes(t, s.vocab, s.hidden));
         let partial = partial_bytes(&s, self.t.subgroup, n);
         let g = &self.kv.geo;
         let table: Range = r(

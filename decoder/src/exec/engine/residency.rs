@@ -241,15 +241,7 @@ impl Engine {
         let mut table: Vec<u64> =
             Vec::with_capacity(self.shape.layers as usize * PTRS_PER_LAYER + 2);
         let address = |b: Buf| {
-            // A tied lm_head is the embedding's buffer.
-            let b = if b == Buf::LmHead && self.tied {
-                Buf::Embed
-            } else {
-                b
-            };
-            self.bufs
-                .get(&b)
-                .ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?
+            super::step::stored(&self.bufs, self.tied, b)?
                 .device_address()
                 .ok_or_else(|| anyhow!("internal: no buffer device address"))
         };

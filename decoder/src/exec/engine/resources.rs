@@ -6,7 +6,7 @@ use profiler::trace::ClockMeta;
 
 use super::{Engine, Timestamps, chain};
 use crate::exec::kernels::{RowParams, TokenParams};
-use crate::exec::program::{Buf, matrix_bytes};
+use crate::exec::program::{Buf, matrix_bytes, whole_words};
 use crate::model::{ModelConfig, Tensor, Weights};
 use crate::vk::BufferDesc;
 
@@ -70,9 +70,11 @@ impl Engine {
         if !self.tied {
             want.push((
                 Buf::LmHead,
-                BufferDesc::device(
-                    matrix_bytes(self.wtypes.lm_head, s.vocab, s.hidden).div_ceil(4) * 4,
-                ),
+                BufferDesc::device(whole_words(matrix_bytes(
+                    self.wtypes.lm_head,
+                    s.vocab,
+                    s.hidden,
+                ))),
                 "lm_head".into(),
             ));
         }
@@ -108,9 +110,11 @@ impl Engine {
         vec![
             (
                 Buf::Embed,
-                BufferDesc::device(
-                    matrix_bytes(self.wtypes.embed, s.vocab, s.hidden).div_ceil(4) * 4,
-                ),
+                BufferDesc::device(whole_words(matrix_bytes(
+                    self.wtypes.embed,
+                    s.vocab,
+                    s.hidden,
+                ))),
                 "embed_tokens".into(),
             ),
             (Buf::FinalNorm, BufferDesc::device(h * f32b), "norm".into()),
@@ -204,9 +208,7 @@ impl Engine {
         let kvd = s.kv_dim() as u64;
         let t = self.wtypes.layer(l);
         let (hh, qd32, kvd32, inter32) = (s.hidden, s.q_dim(), s.kv_dim(), s.intermediate);
-        // Stacked weights hold each matrix in its own type, one after another; sizes rounded up
-        // to whole words (the kernels read 4-byte words).
-        let words = |b: u64| b.div_ceil(4) * 4;
+        // Stacked weights hold each matrix in its own type, one after another.
         let qkv = matrix_bytes(t.q, qd32, hh)
             + matrix_bytes(t.k, kvd32, hh)
             + matrix_bytes(t.v, kvd32, hh);
@@ -225,22 +227,22 @@ impl Engine {
             ),
             (
                 Buf::Wqkv(l),
-                BufferDesc::device(words(qkv)),
+                BufferDesc::device(whole_words(qkv)),
                 format!("{p}.self_attn.qkv_proj"),
             ),
             (
                 Buf::Wo(l),
-                BufferDesc::device(words(matrix_bytes(t.o, hh, qd32))),
+                BufferDesc::device(whole_words(matrix_bytes(t.o, hh, qd32))),
                 format!("{p}.self_attn.o_proj"),
             ),
             (
                 Buf::WGateUp(l),
-                BufferDesc::device(words(gate_up)),
+                BufferDesc::device(whole_words(gate_up)),
                 format!("{p}.mlp.gate_up_proj"),
             ),
             (
                 Buf::WDown(l),
-                BufferDesc::device(words(matrix_bytes(t.down, hh, inter32))),
+                BufferDesc::device(whole_words(matrix_bytes(t.down, hh, inter32))),
                 format!("{p}.mlp.down_proj"),
             ),
             (
@@ -331,15 +333,7 @@ impl Engine {
         }
         jobs.push((Buf::RopeTable, f32_bytes(&table), 0));
         for (b, bytes, n) in jobs {
-            let key = if b == Buf::LmHead && self.tied {
-                Buf::Embed
-            } else {
-                b
-            };
-            let buf = self
-                .bufs
-                .get(&key)
-                .ok_or_else(|| anyhow!("internal: buffer {b:?} missing"))?;
+            let buf = super::step::stored(&self.bufs, self.tied, b)?;
             self.rec
                 .upload(buf, 0, &bytes)
                 .with_context(|| format!("uploading {}", buf.name()))?;

@@ -273,22 +273,25 @@ impl Engine {
         binds
             .iter()
             .map(|b| {
-                let key = if b.range.buf == Buf::LmHead && tied {
-                    Buf::Embed
-                } else {
-                    b.range.buf
-                };
-                let buffer = bufs
-                    .get(&key)
-                    .ok_or_else(|| anyhow!("internal: buffer {key:?} missing"))?;
                 Ok(BufRange {
-                    buffer,
+                    buffer: stored(bufs, tied, b.range.buf)?,
                     offset: b.range.offset,
                     bytes: b.range.bytes,
                 })
             })
             .collect()
     }
+}
+
+/// The buffer that holds `b`: a tied lm_head is the embedding's.
+pub(super) fn stored(bufs: &BTreeMap<Buf, Buffer>, tied: bool, b: Buf) -> anyhow::Result<&Buffer> {
+    let key = if b == Buf::LmHead && tied {
+        Buf::Embed
+    } else {
+        b
+    };
+    bufs.get(&key)
+        .ok_or_else(|| anyhow!("internal: buffer {key:?} missing"))
 }
 
 /// Numbers the start and end queries of `spans` (in step order) and returns how many there are.

@@ -139,6 +139,12 @@ pub fn matrix_bytes(t: WeightType, rows: u32, cols: u32) -> u64 {
     rows as u64 * t.row_bytes(cols as u64)
 }
 
+/// Bytes of a weight buffer holding `bytes` of matrices: rounded up to whole words, since the
+/// kernels read GGUF blocks as 4-byte words.
+pub fn whole_words(bytes: u64) -> u64 {
+    bytes.div_ceil(4) * 4
+}
+
 /// Where the KV cache lives and how attention reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvPlan {
