@@ -126,38 +126,29 @@ prompt = [(i * 7919) % 2900 + 100 for i in range(context)]
 body = json.dumps({"prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
                    "temperature": 0.0, "top_k": 1, "cache_prompt": False, "return_tokens": True,
                    "stream": False}).encode()
-def complete():
-  req = urllib.request.Request(base + "/completion", body, {"Content-Type": "application/json"})
-  try:
+req = urllib.request.Request(base + "/completion", body, {"Content-Type": "application/json"})
+try:
     with urllib.request.urlopen(req, timeout=3600) as r:
         answer = json.load(r)
-  except urllib.error.HTTPError as e:
-      # A synthetic model's random text can end inside a UTF-8 character; this llama-server then
-      # answers 500 ("does not match the expected Content-only format") after generating every
-      # token. Its log still has the timings of the run: read them there.
-      text = e.read().decode("utf-8", "replace")
-      if e.code != 500 or "Content-only format" not in text:
-          raise
-      time.sleep(0.5)
-      found = re.findall(r"\|\s+eval time =\s+([\d.]+) ms /\s+(\d+) tokens \(.*?([\d.]+) tokens per second\)",
-                         open(log, errors="replace").read())
-      if not found:
-          sys.exit(f"llama-server answered 500 ({text}) and its log has no eval timings")
-      ms, n, per_s = found[-1]
-      answer = {"timings": {"predicted_ms": float(ms), "predicted_n": int(n),
-                            "predicted_per_second": float(per_s), "from_log": True},
-                "tokens_predicted": int(n)}
-  if answer.get("tokens_predicted") != n_predict:
-      sys.exit(f"llama-server predicted {answer.get('tokens_predicted')} tokens, not {n_predict}")
-  return answer
-
-requests = int(os.environ.get("REQUESTS", "1"))
-answers = [complete() for _ in range(requests)]
-answer = answers[-1]
-for i, a in enumerate(answers):
-    print(f"llama-server request {i + 1} of {requests}: {a['timings']['predicted_per_second']:.2f} tokens/s")
-json.dump({"timings": answer["timings"], "tokens_predicted": answer.get("tokens_predicted"),
-           "requests": [a["timings"]["predicted_per_second"] for a in answers]},
+except urllib.error.HTTPError as e:
+    # A synthetic model's random text can end inside a UTF-8 character; this llama-server then
+    # answers 500 ("does not match the expected Content-only format") after generating every
+    # token. Its log still has the timings of the run: read them there.
+    text = e.read().decode("utf-8", "replace")
+    if e.code != 500 or "Content-only format" not in text:
+        raise
+    time.sleep(0.5)
+    found = re.findall(r"\|\s+eval time =\s+([\d.]+) ms /\s+(\d+) tokens \(.*?([\d.]+) tokens per second\)",
+                       open(log, errors="replace").read())
+    if not found:
+        sys.exit(f"llama-server answered 500 ({text}) and its log has no eval timings")
+    ms, n, per_s = found[-1]
+    answer = {"timings": {"predicted_ms": float(ms), "predicted_n": int(n),
+                          "predicted_per_second": float(per_s), "from_log": True},
+              "tokens_predicted": int(n)}
+if answer.get("tokens_predicted") != n_predict:
+    sys.exit(f"llama-server predicted {answer.get('tokens_predicted')} tokens, not {n_predict}")
+json.dump({"timings": answer["timings"], "tokens_predicted": answer.get("tokens_predicted")},
           open(dest, "w"))
 print(f"llama-server: {answer['timings']['predicted_per_second']:.2f} tokens/s")
 PY
@@ -172,7 +163,7 @@ PY
   wait "$pid" || true
   tail -n 2 "$log"
   # Each run's timings as they come, so that a sweep cut short still says what it measured.
-  python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(json.dumps({"run": sys.argv[2], **t["timings"], "requests": t.get("requests")}))' \
+  python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(json.dumps({"run": sys.argv[2], **t["timings"]}))' \
     "$work/llama-$tag.timings.json" "$tag" >>"$out/timings.jsonl"
 }
 

@@ -281,11 +281,6 @@ unsafe fn closing(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Ne
     match d.slot(cb) {
         Some(s) if s.record(what) => {
             if d.level == Level::Dispatch {
-                if matches!(super::timer::variant(), "after" | "top") {
-                    call(&d.next);
-                    d.close_slot_interval(cb, s);
-                    return;
-                }
                 d.close_slot_interval(cb, s);
             }
         }

@@ -9,14 +9,6 @@ use super::{DeviceData, Inner};
 use crate::recording::Slot;
 use crate::state::{BLOCK_PAIRS, MAX_POOLS, POOL_PAIRS, ReadJob};
 
-/// Experiment (reverted in the next commit): the dispatch level's timestamps placed another way,
-/// chosen when the layer is built (`DS_LAYER_VARIANT`): `nots` writes none (the bookkeeping
-/// alone), `norst` skips the resets of a block's pairs, `top` and `cs` write the closing stamp at
-/// the top of the pipe or the compute stage, `after` writes it after the barrier.
-pub(super) fn variant() -> &'static str {
-    option_env!("DS_LAYER_VARIANT").unwrap_or("")
-}
-
 impl DeviceData {
     /// Creates one more query pool of [`POOL_PAIRS`] pairs; false when the driver refuses or
     /// the layer has [`MAX_POOLS`] already.
@@ -60,9 +52,6 @@ impl DeviceData {
 
     /// Records a reset of `pairs` pairs from `slot` into `cb`.
     pub(super) unsafe fn reset(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32, pairs: u32) {
-        if variant() == "nots" || (variant() == "norst" && pairs > 1) {
-            return;
-        }
         if let (Some((pool, q)), Some(r)) = (Self::query(g, slot), self.next.cmd_reset_query_pool) {
             r(cb, pool, q, pairs * 2);
         }
@@ -109,10 +98,7 @@ impl DeviceData {
             Some(op) => t.dispatch(pair, op),
             None => t.dispatch_of_pipeline(pair, s.pipeline()),
         };
-        if fresh
-            && variant() != "nots"
-            && let Some(ts) = self.next.cmd_write_timestamp
-        {
+        if fresh && let Some(ts) = self.next.cmd_write_timestamp {
             ts(
                 cb,
                 vk::PipelineStageFlags::TOP_OF_PIPE,
@@ -127,19 +113,9 @@ impl DeviceData {
     pub(super) unsafe fn close_slot_interval(&self, cb: vk::CommandBuffer, s: &Slot) {
         let mut t = s.timing();
         if let (Some(q), Some(ts)) = (t.close(), self.next.cmd_write_timestamp) {
-            if variant() == "nots" {
-                return;
-            }
-            let stage = if variant() == "top" {
-                vk::PipelineStageFlags::TOP_OF_PIPE
-            } else if variant() == "cs" {
-                vk::PipelineStageFlags::COMPUTE_SHADER
-            } else {
-                vk::PipelineStageFlags::BOTTOM_OF_PIPE
-            };
             ts(
                 cb,
-                stage,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
                 vk::QueryPool::from_raw(t.pool),
                 q % (2 * POOL_PAIRS),
             );
