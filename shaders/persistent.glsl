@@ -262,6 +262,8 @@ shared vec4 xs[XS];
 shared float red_f[WG];
 shared uint red_u[WG];
 shared bool flag_sh;
+// Subgroups that reached the end of the step (see last_to_finish).
+shared uint alive_sh;
 // The step's parameters, read once when the step starts rather than after a barrier in each
 // attention and merge phase, where their load was one more round trip on the phase's chain: the
 // cache length, and each row's (pos, seq, lo, -).
@@ -335,10 +337,18 @@ bool grid_sync() {
 // The end of a step for this workgroup: true in the last one to get here, when every other
 // workgroup has finished (and none waits at a barrier any more); that one resets the barrier
 // words for the next step.
+//
+// lavapipe (mesa's llvmpipe) stops every loop of a shader invocation for good once its loops
+// together have run 65535 iterations (LP_MAX_TGSI_LOOP_ITERATIONS, one budget for all of them);
+// the subgroup then runs on with no lane active, so its stores and its share of each later
+// workgroup barrier are lost without a word, and the step's token is garbage. Each subgroup
+// counts itself here, without a loop, and a step where one did not arrive reports it (status 3).
 bool last_to_finish() {
+    if (subgroupElect()) atomicAdd(alive_sh, 1u);
     memoryBarrier();
     barrier();
     if (gl_LocalInvocationIndex == 0) {
+        if (alive_sh != NSG) atomicExchange(sy.fail, 3u);
         bool last = atomicAdd(sy.done, 1u) == GRID - 1u;
         if (last) {
             atomicExchange(sy.arrive, 0u);
@@ -1762,6 +1772,8 @@ void phase_argmax() {
 }
 
 void main() {
+    // Zeroed before the first workgroup barrier, which orders it before the subgroups' counts.
+    if (gl_LocalInvocationIndex == 0u) alive_sh = 0u;
     if (pc.probe == 1u) {
         for (uint i = 0; i < 4u; i++) {
             if (!grid_sync()) return;
@@ -1818,8 +1830,8 @@ void main() {
 #ifdef PHASE_CLOCKS
             clk[PHASES_PER_LAYER * LAYERS + 1u] = clockRealtime2x32EXT();
 #endif
-            // 1 where a wait for tagged words ran out.
-            result[2 * ROWS] = sy.fail != 0u ? 1u : 0u;
+            // 1 where a wait ran out, 3 where a subgroup's loops were stopped (last_to_finish).
+            result[2 * ROWS] = sy.fail;
         }
     }
 }

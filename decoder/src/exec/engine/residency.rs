@@ -418,6 +418,14 @@ impl Engine {
                  use --kernels fused",
                 self.tuning.persistent_groups
             ),
+            3 => bail!(
+                "the persistent token kernel's step was cut short on {}: a subgroup's loops stopped before the \
+                 end of the step. lavapipe (llvmpipe) ends every loop of a shader invocation once its loops \
+                 together have run 65535 times, and one step of this model at this context runs more in one \
+                 invocation; use --kernels fused (one dispatch per kernel), or a larger --tuning persistent_wg \
+                 (fewer iterations per invocation)",
+                self.gpu().info().name
+            ),
             w => bail!(
                 "the persistent token kernel did not finish its step (status word {w}): its workgroup 0 stopped \
                  before writing the tokens; rerun, or use --kernels fused"
