@@ -66,6 +66,16 @@ fn engine(gpu: &Gpu, model: &Model, knobs: Knobs, max_seq: usize) -> Engine {
 }
 
 fn on_gpu(model: &Model, knobs: Knobs, ids: &[u32], steps: usize) -> Generation {
+    try_on_gpu(model, knobs, ids, steps).expect("GPU generation")
+}
+
+/// [`on_gpu`], with the engine's error when a step fails.
+fn try_on_gpu(
+    model: &Model,
+    knobs: Knobs,
+    ids: &[u32],
+    steps: usize,
+) -> anyhow::Result<Generation> {
     common::with_gpu(|gpu| {
         let mut engine = engine(gpu, model, knobs, ids.len() + steps + 1);
         generate(
@@ -75,7 +85,6 @@ fn on_gpu(model: &Model, knobs: Knobs, ids: &[u32], steps: usize) -> Generation 
             &options(steps),
             &mut |_| {},
         )
-        .expect("GPU generation")
     })
 }
 
@@ -381,17 +390,7 @@ fn persistent_kernel_on_smollm2_matches_or_says_its_loops_were_stopped() {
     let model = load_model("smollm2").expect("load smollm2 (run scripts/setup.sh)");
     let ids = prompt(&model);
     let want = reference(&model, &ids, 4);
-    let got = common::with_gpu(|gpu| {
-        let mut engine = engine(gpu, &model, persistent(), ids.len() + 5);
-        generate(
-            &mut engine,
-            &model.tokenizer,
-            &ids,
-            &options(4),
-            &mut |_| {},
-        )
-    });
-    match got {
+    match try_on_gpu(&model, persistent(), &ids, 4) {
         Ok(got) => assert_matches("smollm2, the persistent kernel", &got, &want),
         Err(e) => {
             let e = format!("{e:#}");

@@ -4,8 +4,7 @@
 # --model FILE.gguf --llama-server` on each file (the decoder and llama.cpp read the same
 # blocks), then `llama-1b` (Llama 3 RoPE scaling, exported with llama.cpp's rope_freqs tensor) at
 # f16 and at each of $LLAMA_DTYPES (default: q8_0) beside llama.cpp, the quantized files read by
-# both as they are. Runs from the repository root; the decoder is the release profile's (README
-# "On a GPU"):
+# both as they are. Runs from the repository root with an optimized decoder (README "On a GPU"):
 #
 #   scripts/device/quant-bench.sh OUT_DIR
 #
