@@ -9,6 +9,7 @@ pub const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 /// SplitMix64's output function (Stafford's "Mix13" variant of the MurmurHash3 finaliser): a
 /// bijection of 64 bits in which every input bit changes about half of the output bits. [`Rng`]
 /// draws with it; it also makes a stable hash of integers (the capture layer's signatures).
+#[inline]
 pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

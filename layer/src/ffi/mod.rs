@@ -418,11 +418,13 @@ impl DeviceData {
     }
 
     /// Forgets what `cmd` recorded without the lock (its recording is gone), freeing the
-    /// timestamp pairs its timing held.
+    /// timestamp pairs its timing held (only the dispatch level times recordings).
     fn discard(&self, g: &mut Inner, cmd: u64) {
         if let Some(t) = &self.recordings {
             t.drain(cmd);
-            if let Some(timing) = t.take_timing(cmd) {
+            if self.level == Level::Dispatch
+                && let Some(timing) = t.take_timing(cmd)
+            {
                 g.state.discard_timing(timing);
             }
         }
@@ -435,8 +437,12 @@ impl DeviceData {
         }
     }
 
-    /// Hands the timing `cmd`'s slot recorded to the state (the recording ended).
+    /// Hands the timing `cmd`'s slot recorded to the state (the recording ended; only the
+    /// dispatch level times recordings).
     fn absorb(&self, g: &mut Inner, cmd: u64) {
+        if self.level != Level::Dispatch {
+            return;
+        }
         if let Some(timing) = self.recordings.as_ref().and_then(|t| t.take_timing(cmd)) {
             g.state.absorb(cmd, timing);
         }

@@ -200,8 +200,10 @@ impl DeviceState {
         let Some(c) = self.cmds.get_mut(&cmd) else {
             return;
         };
-        let timing = std::mem::take(&mut c.timing);
-        self.absorb(cmd, timing);
+        if self.level == Level::Dispatch {
+            let timing = std::mem::take(&mut c.timing);
+            self.absorb(cmd, timing);
+        }
         let Some(c) = self.cmds.get_mut(&cmd) else {
             return;
         };

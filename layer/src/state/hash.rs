@@ -8,6 +8,7 @@ use profiler::rng::{GOLDEN_GAMMA, mix64};
 
 /// Mixes `v` into the hash `h` (SplitMix64's step and output function over h ^ v, the
 /// profiler's [`mix64`]): deterministic across runs.
+#[inline]
 pub fn mix(h: u64, v: u64) -> u64 {
     mix64((h ^ v).wrapping_add(GOLDEN_GAMMA))
 }

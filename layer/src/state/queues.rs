@@ -125,6 +125,7 @@ impl DeviceState {
         }
         self.group.signature = mix(self.group.signature, 0x5b_0000 | sub.kind as u64);
         let mut cbs = Vec::new();
+        let mut known = 0u64;
         let (mut dispatches, mut untimed) = (0u64, 0u64);
         for batch in batches {
             self.group.signature = mix(self.group.signature, 0xba7c4);
@@ -132,6 +133,7 @@ impl DeviceState {
                 let Some(c) = self.cmds.get_mut(cmd) else {
                     continue;
                 };
+                known += 1;
                 self.group.counters.add(&c.counters);
                 self.total.add(&c.counters);
                 self.group.signature = mix(self.group.signature, c.signature);
@@ -143,10 +145,11 @@ impl DeviceState {
                     Level::CommandBuffer => 0,
                     Level::Dispatch => c.counters.dispatches.saturating_sub(c.timed_dispatches),
                 };
+                // Only command buffers with stamps have anything to read once complete.
                 if !c.stamps.is_empty() {
                     c.unread = Some(sub);
+                    cbs.push(*cmd);
                 }
-                cbs.push(*cmd);
             }
         }
         if level == Level::Submit && own.is_none() {
@@ -155,7 +158,7 @@ impl DeviceState {
         if untimed > 0 {
             self.group.untimed.push(RawUntimed(group, untimed));
         }
-        let nbuf = cbs.len() as u64;
+        let nbuf = known;
         match self.group.queues.iter_mut().find(|w| w.0 == qid) {
             Some(w) => {
                 w.1 += 1;
