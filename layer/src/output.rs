@@ -1,15 +1,17 @@
 //! The raw record stream and the live file.
 //!
 //! Records go to one file of JSON lines per process, `layer.PID.jsonl` in
-//! `$DECODESCOPE_CAPTURE_DIR` (a folder `profiler record` made and owns). Every record reaches
-//! the file as soon as it is made, so what a dead program leaves behind is every record it had
-//! made by then, in order:
+//! `$DECODESCOPE_CAPTURE_DIR` (a folder `profiler record` made and owns), written through a
+//! shared mapping of the file ([`MappedLog`]): every record is in the file as soon as it is
+//! copied there, with no system call, so what a dead program leaves behind is every record it
+//! had made by then, in order, followed by zero bytes up to the end of the mapped chunk (which
+//! the reader skips; a clean exit cuts them off):
 //!
 //! - a small record (a wait group of at most [`INLINE_SPANS`] spans, an op, a queue) is written
-//!   by the program's thread itself when nothing is queued for the writer thread: a few
-//!   microseconds of serializing and one `write`, where waking another thread costs more (and on
-//!   a busy machine takes a core from the program). A runtime that waits after every dispatch
-//!   closes a small group per dispatch;
+//!   by the program's thread itself when nothing is queued for the writer thread: a microsecond
+//!   or two of serializing and a copy, where waking another thread costs more (and on a busy
+//!   machine takes a core from the program). A runtime that waits after every dispatch closes a
+//!   small group per dispatch;
 //! - a large wait group (hundreds of spans for a runtime that records a token at a time) goes
 //!   over a channel to the writer thread, which serializes it off the program's critical path.
 //!
@@ -18,8 +20,6 @@
 //! program is killed between two waits, it still says what was submitted after the last
 //! record.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
@@ -31,6 +31,7 @@ use profiler::capture::{
 };
 use profiler::trace::{Counters, HostSpan};
 
+use crate::ffi::MappedLog;
 use crate::state::{Closed, DeviceState};
 
 /// A wait group with at most this many host and GPU spans is written by the thread that
@@ -53,7 +54,7 @@ struct Stream {
 
 #[derive(Debug)]
 struct Sink {
-    file: BufWriter<File>,
+    file: MappedLog,
     path: PathBuf,
     /// False once a write failed (tracing stops there; said once).
     ok: bool,
@@ -68,21 +69,19 @@ impl Stream {
 }
 
 impl Sink {
-    /// Writes one serialized line and, with `flush`, hands the file's buffer to the kernel.
-    fn write_line(&mut self, line: &[u8], flush: bool) {
+    /// Writes one serialized line.
+    fn write_line(&mut self, line: &[u8]) {
         if !self.ok {
             return;
         }
-        let r = self
-            .file
-            .write_all(line)
-            .and_then(|()| if flush { self.file.flush() } else { Ok(()) });
+        let r = self.file.append(line);
         self.report(r);
     }
 
-    fn flush(&mut self) {
+    /// Cuts the file to what was written (the program is exiting or a device going away).
+    fn settle(&mut self) {
         if self.ok {
-            let r = self.file.flush();
+            let r = self.file.settle();
             self.report(r);
         }
     }
@@ -129,7 +128,7 @@ impl Output {
     pub fn open(dir: &str, timestamps: &str) -> Output {
         let pid = std::process::id();
         let path = PathBuf::from(dir).join(format!("layer.{pid}.jsonl"));
-        let file = match File::create(&path) {
+        let file = match MappedLog::create(&path) {
             Ok(f) => f,
             Err(e) => {
                 eprintln!(
@@ -141,7 +140,7 @@ impl Output {
         };
         let stream = Arc::new(Stream {
             sink: Mutex::new(Sink {
-                file: BufWriter::with_capacity(1 << 16, file),
+                file,
                 path,
                 ok: true,
                 line: Vec::new(),
@@ -196,7 +195,7 @@ impl Output {
         }
         let mut line = std::mem::take(&mut sink.line);
         serialize(&rec, &mut line);
-        sink.write_line(&line, true);
+        sink.write_line(&line);
         sink.line = line;
         None
     }
@@ -229,11 +228,12 @@ impl Output {
         }
     }
 
-    /// Waits (at most a few seconds) until everything made so far is written.
+    /// Waits (at most a few seconds) until everything made so far is written, and cuts the
+    /// file to it.
     pub fn flush(&self) {
         let Some(stream) = &self.stream else { return };
         if stream.queued.load(Ordering::Acquire) == 0 {
-            stream.sink().flush();
+            stream.sink().settle();
             return;
         }
         let (done, wait) = mpsc::sync_channel(1);
@@ -282,10 +282,9 @@ fn writer(stream: &Stream, rx: Receiver<Msg>) {
             };
             next = rx.try_recv().ok();
             let mut sink = stream.sink();
-            // Nothing more queued: what was written reaches the file before the writer sleeps.
-            sink.write_line(&line, next.is_none());
+            sink.write_line(&line);
             if let Some(done) = flushed {
-                sink.flush();
+                sink.settle();
                 let _ = done.send(());
             }
             stream.queued.fetch_sub(1, Ordering::AcqRel);

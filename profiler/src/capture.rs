@@ -3,9 +3,9 @@
 //! rules that turn them into a [`Trace`].
 //!
 //! The layer writes one file of JSON lines per process (`layer.PID.jsonl`, in a folder that
-//! `profiler record` made), one [`RawRecord`] per line, written by a thread of its own as soon as
-//! the program's thread hands it over, so a program that crashes or is stopped still leaves
-//! every finished record behind; beside it the live file `live.PID` ([`parse_live`]) holds what
+//! `profiler record` made), one [`RawRecord`] per line, written through a shared mapping of the
+//! file as soon as it is made, so a program that crashes or is stopped still leaves every
+//! finished record behind (followed by the zero bytes of the mapping's unwritten end); beside it the live file `live.PID` ([`parse_live`]) holds what
 //! was submitted after the last record. The unit of the raw stream is the **wait group**: every
 //! Vulkan call the program made since the previous host wait (`vkWaitForFences`,
 //! `vkQueueWaitIdle`, `vkDeviceWaitIdle`, `vkWaitSemaphores` with a timeout; polls end no group)
@@ -970,6 +970,29 @@ mod tests {
         let bad = format!("{good}\nnot json\n");
         assert!(matches!(
             parse_raw("x", &bad),
+            Err(CaptureError::Invalid { line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn the_zero_end_of_a_mapped_file_ends_its_records() {
+        let good = serde_json::to_string(&RawRecord::Process(RawProcess {
+            raw_version: RAW_VERSION,
+            ..RawProcess::default()
+        }))
+        .expect("serialize");
+        let zeros = "\0".repeat(5000);
+        // Killed between two records: everything is kept, nothing is cut.
+        let r = parse_raw("x", &format!("{good}\n{zeros}")).expect("parse");
+        assert!(!r.truncated);
+        assert!(r.process.is_some());
+        // Killed while copying a record: the partial one is dropped and flagged.
+        let r = parse_raw("x", &format!("{good}\n{{\"group\": {{\"dev{zeros}")).expect("parse");
+        assert!(r.truncated);
+        assert!(r.process.is_some());
+        // Zero bytes inside a line are not an end of records.
+        assert!(matches!(
+            parse_raw("x", &format!("{good}\nx{zeros}\n")),
             Err(CaptureError::Invalid { line: 2, .. })
         ));
     }

@@ -36,13 +36,15 @@
 mod commands;
 mod device;
 mod loader;
+mod mapped;
 mod objects;
 mod queue;
 mod timer;
 
+pub use mapped::{MappedLog, map_live};
+
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::path::Path;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -78,55 +80,6 @@ pub fn now_ns() -> u64 {
         return 0;
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Maps the live file at `path` (created at its full size) as shared memory for the rest of the
-/// process; `None` (and a message) when it cannot be.
-pub fn map_live(path: &Path) -> Option<&'static [AtomicU64]> {
-    use std::os::unix::io::AsRawFd;
-    let len = profiler::capture::LIVE_BYTES;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .and_then(|f| f.set_len(len as u64).map(|()| f));
-    let f = match f {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!(
-                "decodescope layer: cannot create {}: {e}; a killed program's last work is lost",
-                path.display()
-            );
-            return None;
-        }
-    };
-    // SAFETY: a fresh shared read-write mapping of a file of `len` bytes that this process
-    // opened; the kernel picks the address. The descriptor may be closed after mmap.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        eprintln!(
-            "decodescope layer: cannot map {}; a killed program's last work is lost",
-            path.display()
-        );
-        return None;
-    }
-    // SAFETY: the mapping is page-aligned, `len` bytes long (a multiple of 8), zero-filled by
-    // the kernel, never unmapped, and only ever accessed through these atomics (AtomicU64 has
-    // u64's size and, here, its alignment).
-    Some(unsafe {
-        std::slice::from_raw_parts(p as *const AtomicU64, len / std::mem::size_of::<u64>())
-    })
 }
 
 // ---- configuration and global tables ---------------------------------------------------------

@@ -188,7 +188,9 @@ pub struct RawCapture {
 }
 
 /// Parses one raw file's text. A final line without its newline is a record cut short by the
-/// program's death: it is dropped and `truncated` set. Anything else malformed is an error.
+/// program's death: it is dropped and `truncated` set. Zero bytes after the last record (the
+/// unwritten end of the layer's mapping of the file, left by a program that did not exit
+/// cleanly) end the records. Anything else malformed is an error.
 pub fn parse_raw(file: &str, text: &str) -> Result<RawCapture, CaptureError> {
     let mut groups = Vec::new();
     let mut out = read_raw(file, text.as_bytes(), |g| {
@@ -225,6 +227,11 @@ pub fn read_raw<R: BufRead, E: From<CaptureError>>(
             break;
         }
         number += 1;
+        // The layer writes through a shared mapping of the file, which runs on in zero bytes
+        // past its last record when the program did not exit cleanly.
+        if line.starts_with('\0') && line.trim_end_matches('\0').is_empty() {
+            break;
+        }
         if line.trim().is_empty() {
             continue;
         }
