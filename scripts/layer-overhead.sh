@@ -25,14 +25,26 @@ repeats=${3:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# "WALL_US ENQUEUE_US" of a trace's decode steps (the first 2 skipped).
+# "WALL_US ENQUEUE_US CALL_US" of a trace's decode steps (the first 2 skipped): medians of the
+# steps' wall and host enqueue times, and the enqueue made of per-call medians (for each kind of
+# enqueue span, record, descriptors and submit, its median duration over all the run's calls times
+# its calls per step). On lavapipe a submit takes 2 us or 300 us depending on whether the driver's
+# queue thread was asleep, so a step's sum moves with the scheduler; the per-call medians do not,
+# and they are where the layer's own time per call shows.
 medians() {
   python3 - "$1" <<'PY'
 import json, statistics, sys
 t = json.load(open(sys.argv[1]))
 d = [r for r in t["tokens"] if r["phase"] == "decode"][2:]
+calls = {}
+for r in d:
+    for name, _start, dur, _depth in r["host_spans"]:
+        if name in ("record", "descriptors", "submit"):
+            calls.setdefault(name, []).append(dur)
+per_call = sum(statistics.median(v) * len(v) / len(d) for v in calls.values())
 print(statistics.median(r["wall_ns"] / 1e3 for r in d),
-      statistics.median(r["host_enqueue_ns"] / 1e3 for r in d))
+      statistics.median(r["host_enqueue_ns"] / 1e3 for r in d),
+      per_call / 1e3)
 PY
 }
 
@@ -43,8 +55,8 @@ median() {
 
 read -r -a levels <<<"none ${LEVELS:-off submit command-buffer dispatch}"
 read -r -a modes <<<"${MODES:-fused generic}"
-echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer |"
-echo "|---|---|---|---|---|---|"
+echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer | enqueue by per-call medians, us / token | vs no layer |"
+echo "|---|---|---|---|---|---|---|---|"
 for mode in "${modes[@]}"; do
   # Repeats outside, levels inside: a slow drift of the shared machine's load reaches every
   # level alike instead of one level's whole block of runs.
@@ -72,15 +84,20 @@ for mode in "${modes[@]}"; do
   done
   base=
   base_enqueue=
+  base_calls=
   for level in "${levels[@]}"; do
     mine=$(for rep in $(seq "$repeats"); do echo "${runs[$level.$rep]}"; done)
     us=$(cut -d' ' -f1 <<<"$mine" | median)
     enqueue=$(cut -d' ' -f2 <<<"$mine" | median)
+    calls=$(cut -d' ' -f3 <<<"$mine" | median)
     base=${base:-$us}
     base_enqueue=${base_enqueue:-$enqueue}
+    base_calls=${base_calls:-$calls}
     rel=$(awk -v a="$us" -v b="$base" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
     rel_enqueue=$(awk -v a="$enqueue" -v b="$base_enqueue" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
-    printf '| %s | %s | %.0f | %s | %.0f | %s |\n' "$mode" "$level" "$us" "$rel" "$enqueue" "$rel_enqueue"
+    rel_calls=$(awk -v a="$calls" -v b="$base_calls" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
+    printf '| %s | %s | %.0f | %s | %.0f | %s | %.0f | %s |\n' "$mode" "$level" "$us" "$rel" "$enqueue" \
+      "$rel_enqueue" "$calls" "$rel_calls"
   done
   unset runs
 done
