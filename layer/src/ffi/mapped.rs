@@ -115,14 +115,26 @@ impl MappedLog {
     }
 
     /// Unmaps the chunk and maps the one holding the next byte to append, growing the file to
-    /// its end.
+    /// its end. The chunk's blocks are allocated first: a store into a page the file system
+    /// cannot back (a full disk) would kill the program with SIGBUS, where a failed allocation
+    /// only stops the tracing.
     fn map_next(&mut self) -> io::Result<(NonNull<u8>, u64)> {
         self.unmap();
         let start = self.len / CHUNK * CHUNK;
-        self.file.set_len(start + CHUNK)?;
+        // SAFETY: posix_fallocate on a descriptor this value owns, with a non-negative range.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                start as libc::off_t,
+                CHUNK as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
         // SAFETY: a shared read-write mapping of CHUNK bytes of a file this value opened, at an
         // offset that is a multiple of CHUNK (so of the page size), within the file's length
-        // set just above; the kernel picks the address.
+        // and allocated just above; the kernel picks the address.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
