@@ -956,13 +956,18 @@ mod tests {
         assert_eq!(c.notes.len(), 2, "{:?}", c.notes);
     }
 
-    #[test]
-    fn a_cut_last_line_is_dropped_and_flagged() {
-        let good = serde_json::to_string(&RawRecord::Process(RawProcess {
+    /// A process record of this raw version, as the layer writes it (without its newline).
+    fn process_line() -> String {
+        serde_json::to_string(&RawRecord::Process(RawProcess {
             raw_version: RAW_VERSION,
             ..RawProcess::default()
         }))
-        .expect("serialize");
+        .expect("serialize")
+    }
+
+    #[test]
+    fn a_cut_last_line_is_dropped_and_flagged() {
+        let good = process_line();
         let text = format!("{good}\n{{\"group\": {{\"dev");
         let r = parse_raw("x", &text).expect("parse");
         assert!(r.truncated);
@@ -976,11 +981,7 @@ mod tests {
 
     #[test]
     fn the_zero_end_of_a_mapped_file_ends_its_records() {
-        let good = serde_json::to_string(&RawRecord::Process(RawProcess {
-            raw_version: RAW_VERSION,
-            ..RawProcess::default()
-        }))
-        .expect("serialize");
+        let good = process_line();
         let zeros = "\0".repeat(5000);
         // Killed between two records: everything is kept, nothing is cut.
         let r = parse_raw("x", &format!("{good}\n{zeros}")).expect("parse");
