@@ -15,13 +15,16 @@
 //! - a large wait group (hundreds of spans for a runtime that records a token at a time) goes
 //!   over a channel to the writer thread, which serializes it off the program's critical path.
 //!
+//! The writer thread also maps the file's next chunk ahead and makes its pages present
+//! ([`MappedLog::prepare_next`]), so the program's thread neither maps nor page-faults.
+//!
 //! The live file `live.PID` (`profiler::capture::parse_live` documents its words) is a shared
 //! mapping that the program's threads update with plain stores at every submit: when the
 //! program is killed between two waits, it still says what was submitted after the last
 //! record.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -31,7 +34,7 @@ use profiler::capture::{
 };
 use profiler::trace::{Counters, HostSpan};
 
-use crate::ffi::MappedLog;
+use crate::ffi::{MappedLog, Prefault};
 use crate::state::{Closed, DeviceState};
 
 /// A wait group with at most this many host and GPU spans is written by the thread that
@@ -42,6 +45,8 @@ enum Msg {
     Record(Box<RawRecord>),
     Group(Box<Closed>),
     Flush(SyncSender<()>),
+    /// Map the file's next chunk ahead (not counted in `queued`: it writes no record).
+    Prepare,
 }
 
 /// The file and what was queued for the writer thread and not yet written: a record is
@@ -50,6 +55,8 @@ enum Msg {
 struct Stream {
     sink: Mutex<Sink>,
     queued: AtomicUsize,
+    /// A [`Msg::Prepare`] is on its way or running.
+    preparing: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -76,6 +83,21 @@ impl Sink {
         }
         let r = self.file.append(line);
         self.report(r);
+    }
+
+    /// Maps the file's next chunk when it wants one, returning its population to run without
+    /// the lock.
+    fn prepare(&mut self) -> Option<Prefault> {
+        if !self.ok {
+            return None;
+        }
+        match self.file.prepare_next() {
+            Ok(p) => p,
+            Err(e) => {
+                self.report(Err(e));
+                None
+            }
+        }
     }
 
     /// Cuts the file to what was written (the program is exiting or a device going away).
@@ -146,6 +168,7 @@ impl Output {
                 line: Vec::new(),
             }),
             queued: AtomicUsize::new(0),
+            preparing: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let theirs = stream.clone();
@@ -197,7 +220,23 @@ impl Output {
         serialize(&rec, &mut line);
         sink.write_line(&line);
         sink.line = line;
+        let wants = sink.ok && sink.file.wants_next();
+        drop(sink);
+        if wants && !stream.preparing.swap(true, Ordering::AcqRel) {
+            self.prepare_ahead();
+        }
         None
+    }
+
+    /// Asks the writer thread to map the file's next chunk ahead.
+    fn prepare_ahead(&self) {
+        let sent = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.send(Msg::Prepare).is_ok());
+        if !sent && let Some(stream) = &self.stream {
+            stream.preparing.store(false, Ordering::Release);
+        }
     }
 
     fn send(&self, msg: Msg) {
@@ -266,6 +305,7 @@ fn writer(stream: &Stream, rx: Receiver<Msg>) {
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
         while let Some(msg) = next {
+            next = rx.try_recv().ok();
             let flushed = match msg {
                 Msg::Record(r) => {
                     serialize(&r, &mut line);
@@ -279,17 +319,35 @@ fn writer(stream: &Stream, rx: Receiver<Msg>) {
                     line.clear();
                     Some(done)
                 }
+                Msg::Prepare => {
+                    prepare(stream);
+                    continue;
+                }
             };
-            next = rx.try_recv().ok();
             let mut sink = stream.sink();
             sink.write_line(&line);
             if let Some(done) = flushed {
                 sink.settle();
                 let _ = done.send(());
             }
+            let wants = sink.ok && sink.file.wants_next();
+            drop(sink);
             stream.queued.fetch_sub(1, Ordering::AcqRel);
+            if wants && !stream.preparing.swap(true, Ordering::AcqRel) {
+                prepare(stream);
+            }
         }
     }
+}
+
+/// Maps the file's next chunk (under the file's lock) and makes its pages present (without
+/// it), for a [`Msg::Prepare`] or on the writer thread's own account.
+fn prepare(stream: &Stream) {
+    let prefault = stream.sink().prepare();
+    if let Some(p) = prefault {
+        p.run();
+    }
+    stream.preparing.store(false, Ordering::Release);
 }
 
 fn raw_group(g: Closed) -> RawGroup {

@@ -41,7 +41,7 @@ mod objects;
 mod queue;
 mod timer;
 
-pub use mapped::{MappedLog, map_live};
+pub use mapped::{MappedLog, Prefault, map_live};
 
 use std::collections::HashMap;
 use std::ffi::c_void;
