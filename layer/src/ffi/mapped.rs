@@ -253,11 +253,17 @@ impl Drop for MappedLog {
 mod tests {
     use super::*;
 
-    #[test]
-    fn appends_across_chunks_and_settles_to_what_was_appended() {
+    /// An empty log in a folder of its own (kept while the folder lives).
+    fn new_log() -> (tempfile::TempDir, std::path::PathBuf, MappedLog) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
-        let mut log = MappedLog::create(&path).unwrap();
+        let log = MappedLog::create(&path).unwrap();
+        (dir, path, log)
+    }
+
+    #[test]
+    fn appends_across_chunks_and_settles_to_what_was_appended() {
+        let (_dir, path, mut log) = new_log();
         let line: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).collect();
         let mut want = Vec::new();
         // 3.1 chunks, with lines across each boundary.
@@ -281,9 +287,7 @@ mod tests {
 
     #[test]
     fn the_next_chunk_prepared_on_another_thread_is_the_one_written() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let mut log = MappedLog::create(&path).unwrap();
+        let (_dir, path, mut log) = new_log();
         assert!(!log.wants_next(), "nothing mapped yet");
         assert!(log.prepare_next().unwrap().is_none());
         let line = [b'q'; 700];
@@ -306,9 +310,7 @@ mod tests {
 
     #[test]
     fn a_line_longer_than_a_chunk_is_written_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let mut log = MappedLog::create(&path).unwrap();
+        let (_dir, path, mut log) = new_log();
         log.append(b"x").unwrap();
         let big: Vec<u8> = (0..CHUNK as usize * 2 + 7)
             .map(|i| (i % 251) as u8 + 1)
