@@ -55,7 +55,7 @@ enum Msg {
 struct Stream {
     sink: Mutex<Sink>,
     queued: AtomicUsize,
-    /// A [`Msg::Prepare`] is on its way or running.
+    /// Someone holds the claim to prepare the file's next chunk ([`Stream::claim_prepare`]).
     preparing: AtomicBool,
 }
 
@@ -72,6 +72,12 @@ struct Sink {
 impl Stream {
     fn sink(&self) -> MutexGuard<'_, Sink> {
         self.sink.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True when the file wants its next chunk mapped and no one is preparing it yet: the
+    /// caller is then the one to ([`prepare`]).
+    fn claim_prepare(&self, sink: &Sink) -> bool {
+        sink.ok && sink.file.wants_next() && !self.preparing.swap(true, Ordering::AcqRel)
     }
 }
 
@@ -220,23 +226,14 @@ impl Output {
         serialize(&rec, &mut line);
         sink.write_line(&line);
         sink.line = line;
-        let wants = sink.ok && sink.file.wants_next();
+        let claimed = stream.claim_prepare(&sink);
         drop(sink);
-        if wants && !stream.preparing.swap(true, Ordering::AcqRel) {
-            self.prepare_ahead();
+        // Without a writer thread to take it, the claim stays: the file's chunks are then
+        // mapped where the program's thread reaches them.
+        if claimed && let Some(tx) = &self.tx {
+            let _ = tx.send(Msg::Prepare);
         }
         None
-    }
-
-    /// Asks the writer thread to map the file's next chunk ahead.
-    fn prepare_ahead(&self) {
-        let sent = self
-            .tx
-            .as_ref()
-            .is_some_and(|tx| tx.send(Msg::Prepare).is_ok());
-        if !sent && let Some(stream) = &self.stream {
-            stream.preparing.store(false, Ordering::Release);
-        }
     }
 
     fn send(&self, msg: Msg) {
@@ -330,10 +327,10 @@ fn writer(stream: &Stream, rx: Receiver<Msg>) {
                 sink.settle();
                 let _ = done.send(());
             }
-            let wants = sink.ok && sink.file.wants_next();
+            let claimed = stream.claim_prepare(&sink);
             drop(sink);
             stream.queued.fetch_sub(1, Ordering::AcqRel);
-            if wants && !stream.preparing.swap(true, Ordering::AcqRel) {
+            if claimed {
                 prepare(stream);
             }
         }
@@ -341,7 +338,7 @@ fn writer(stream: &Stream, rx: Receiver<Msg>) {
 }
 
 /// Maps the file's next chunk (under the file's lock) and makes its pages present (without
-/// it), for a [`Msg::Prepare`] or on the writer thread's own account.
+/// it), for the claim of [`Stream::claim_prepare`], which it releases.
 fn prepare(stream: &Stream) {
     let prefault = stream.sink().prepare();
     if let Some(p) = prefault {

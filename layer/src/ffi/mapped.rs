@@ -181,17 +181,18 @@ impl MappedLog {
     /// mapped and populated here) where they reach the current one's end.
     pub fn append(&mut self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
-            let chunk = match &self.chunk {
-                Some(c) if self.len < c.start + CHUNK => c.clone(),
+            let (base, start) = match &self.chunk {
+                Some(c) if self.len < c.start + CHUNK => (c.base, c.start),
                 _ => self.advance()?,
             };
-            let at = (self.len - chunk.start) as usize;
+            let at = (self.len - start) as usize;
             let n = bytes.len().min(CHUNK as usize - at);
-            // SAFETY: `chunk` maps CHUNK bytes of the file from `start`, and `start <= len <
-            // start + CHUNK`, so `at + n <= CHUNK` bytes from its base are mapped, writable and
-            // within the file's length; the source is a separate slice of `n` bytes.
+            // SAFETY: `base` maps CHUNK bytes of the file from `start` (the current chunk, which
+            // `self.chunk` keeps mapped), and `start <= len < start + CHUNK`, so `at + n <= CHUNK`
+            // bytes from it are mapped, writable and within the file's length; the source is a
+            // separate slice of `n` bytes.
             unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), chunk.base.as_ptr().add(at), n);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.as_ptr().add(at), n);
             }
             self.len += n as u64;
             bytes = &bytes[n..];
@@ -199,9 +200,9 @@ impl MappedLog {
         Ok(())
     }
 
-    /// Makes the chunk holding the next byte to append the current one: the chunk mapped ahead
-    /// when it is that one, else a new mapping populated here.
-    fn advance(&mut self) -> io::Result<Arc<Chunk>> {
+    /// Makes the chunk holding the next byte to append the current one (the chunk mapped ahead
+    /// when it is that one, else a new mapping populated here); its address and offset.
+    fn advance(&mut self) -> io::Result<(NonNull<u8>, u64)> {
         let start = self.len / CHUNK * CHUNK;
         self.chunk = None;
         let chunk = match self.next.take() {
@@ -212,8 +213,9 @@ impl MappedLog {
                 c
             }
         };
-        self.chunk = Some(chunk.clone());
-        Ok(chunk)
+        let at = (chunk.base, chunk.start);
+        self.chunk = Some(chunk);
+        Ok(at)
     }
 
     /// True when the chunk after the current one is not mapped yet.

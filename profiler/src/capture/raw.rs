@@ -229,7 +229,7 @@ pub fn read_raw<R: BufRead, E: From<CaptureError>>(
         number += 1;
         // The layer writes through a shared mapping of the file, which runs on in zero bytes
         // past its last record when the program did not exit cleanly.
-        if line.starts_with('\0') && line.trim_end_matches('\0').is_empty() {
+        if line.starts_with('\0') && line.bytes().all(|b| b == 0) {
             break;
         }
         if line.trim().is_empty() {
