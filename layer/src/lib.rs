@@ -19,9 +19,12 @@
 //!
 //! [`ffi`] (private) holds every `unsafe` block and raw handle; [`state`] is the safe
 //! bookkeeping; [`recording`] counts recorded commands without a lock; [`output`] the writer thread and the live file that outlives a killed program.
+//! [`spirv`] rewrites a compute module's SPIR-V so that its dispatches time themselves with the
+//! device clock.
 
 #[allow(unsafe_code)]
 mod ffi;
 mod output;
 pub mod recording;
+pub mod spirv;
 pub mod state;
