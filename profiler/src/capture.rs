@@ -442,6 +442,7 @@ impl Plan {
                 dropped_timestamps: dropped,
                 unknown_counters: vec!["bytes_to_device".into(), "bytes_from_device".into()],
                 untimed_dispatches: if timestamps_on { untimed_dispatches } else { 0 },
+                dispatch_timing: device.dispatch_timing.clone(),
                 queues,
                 tail,
             }),
@@ -762,6 +763,7 @@ mod tests {
                     gpu_minus_host_ns: 0,
                 },
                 timestamps: "dispatch".into(),
+                dispatch_timing: "interval".into(),
             }],
             ops: vec![RawOp {
                 device: 0,

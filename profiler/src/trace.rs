@@ -96,6 +96,11 @@ pub struct CaptureMeta {
     /// the tail's. 0 with timestamps `off`, where nothing is timed and nothing is claimed.
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub untimed_dispatches: u64,
+    /// At `--timestamps dispatch`, how the layer timed dispatches: `shader-clock` (each
+    /// instrumented dispatch read the device clock inside its shader) or `interval` (timestamps
+    /// between the program's barriers, shared by dispatches that overlap); empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dispatch_timing: String,
     /// Every queue of every device the program submitted to, with what it was given over the
     /// whole capture (`device` and `family` as the program created them).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -188,6 +188,7 @@ pub(super) unsafe extern "system" fn end_command_buffer(cb: vk::CommandBuffer) -
         let mut g = d.lock();
         d.drain(&mut g, k);
         d.close_interval(&mut g, cb);
+        d.close_bracket(&mut g, cb);
         d.absorb(&mut g, k);
         if g.state.level == Level::CommandBuffer
             && let Some(slot) = g.state.command_buffer_stamp(k)
@@ -265,8 +266,19 @@ unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
                 if let Some(first) = s.reset {
                     d.reset(&g, cb, first, crate::state::BLOCK_PAIRS);
                 }
-                if g.state.dispatch_stamp(k, s.slot, op) {
+                let clocked = d
+                    .clock
+                    .as_ref()
+                    .and_then(|c| Some((c, c.pipeline(g.state.bound_pipeline(k)?)?)));
+                let fresh = match clocked {
+                    Some(_) => g.state.clocked_stamp(k, s.slot, op),
+                    None => g.state.dispatch_stamp(k, s.slot, op),
+                };
+                if fresh {
                     d.stamp_start(&g, cb, s.slot);
+                }
+                if let Some((c, target)) = clocked {
+                    c.arm(&d.next, cb, target, s.slot);
                 }
             }
         }

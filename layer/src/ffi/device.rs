@@ -164,10 +164,43 @@ pub(super) unsafe extern "system" fn create_device(
     {
         names.push(n.as_ptr());
     }
+    // Shader clocks for the dispatch level, where the device has them.
+    let mut plan = match (level, config().shader_clock) {
+        (Level::Dispatch, true) => super::clock::plan(&inst, pd, &*info, &requested, &available)
+            .map_err(|why| {
+                eprintln!("decodescope layer: dispatches are timed by interval: {why}");
+                why
+            }),
+        _ => Err(String::new()),
+    }
+    .ok();
+    let without_clock = names.clone();
+    if let Some(p) = &plan {
+        names.extend(p.extensions.iter().map(|n| n.as_ptr()));
+    }
     let mut ci = *info;
     ci.enabled_extension_count = names.len() as u32;
     ci.pp_enabled_extension_names = names.as_ptr();
-    let r = create(pd, &ci, alloc, out);
+    if let Some(p) = plan.as_mut() {
+        p.apply(&mut ci);
+    }
+    let mut r = create(pd, &ci, alloc, out);
+    if let Some(p) = &plan {
+        p.restore();
+    }
+    if r != vk::Result::SUCCESS && plan.is_some() {
+        // The driver refused what the layer added: the program's own request, timed by
+        // interval.
+        eprintln!(
+            "decodescope layer: dispatches are timed by interval: vkCreateDevice with shader \
+             clocks failed ({r:?})"
+        );
+        plan = None;
+        let mut ci = *info;
+        ci.enabled_extension_count = without_clock.len() as u32;
+        ci.pp_enabled_extension_names = without_clock.as_ptr();
+        r = create(pd, &ci, alloc, out);
+    }
     if r != vk::Result::SUCCESS {
         return r;
     }
@@ -201,6 +234,12 @@ pub(super) unsafe extern "system" fn create_device(
     } else {
         (1u64 << valid_bits) - 1
     };
+    let clock = plan.as_ref().and_then(|p| {
+        let memory = inst.fns.get_physical_device_memory_properties(pd);
+        super::clock::ShaderClock::create(&next, device, &memory, p)
+            .map_err(|why| eprintln!("decodescope layer: dispatches are timed by interval: {why}"))
+            .ok()
+    });
     let data: &'static DeviceData = Box::leak(Box::new(DeviceData {
         handle: device,
         next_gdpa,
@@ -212,6 +251,7 @@ pub(super) unsafe extern "system" fn create_device(
         level,
         recordings: Some(Table::default()),
         descriptor_writes: AtomicU64::new(0),
+        clock,
         inner: Mutex::new(Inner {
             state,
             timer: Timer::default(),
@@ -232,11 +272,17 @@ pub(super) unsafe extern "system" fn create_device(
             gpu_minus_host_ns: 0,
         }
     };
+    let dispatch_timing = match (timed && level == Level::Dispatch, &data.clock) {
+        (false, _) => "",
+        (true, Some(_)) => "shader-clock",
+        (true, None) => "interval",
+    };
     data.out.write(RawRecord::Device(RawDevice {
         device: index,
         info: meta,
         clock,
         timestamps: if timed { level.name() } else { "off" }.into(),
+        dispatch_timing: dispatch_timing.into(),
     }));
     if !add_device(key(device), data) {
         eprintln!(
@@ -269,6 +315,9 @@ pub(super) unsafe extern "system" fn destroy_device(
             for p in t.pools {
                 f(device, p, std::ptr::null());
             }
+        }
+        if let Some(c) = &d.clock {
+            c.destroy(&d.next, device);
         }
         // The bookkeeping goes; the leaked shell stays (see DEVICE_SLOTS).
         let (index, level) = (g.state.index, g.state.level);

@@ -145,6 +145,7 @@ fn intercept(name: &[u8]) -> vk::PFN_vkVoidFunction {
         b"vkCreateShaderModule" => o::create_shader_module as *const (),
         b"vkDestroyShaderModule" => o::destroy_shader_module as *const (),
         b"vkCreateComputePipelines" => o::create_compute_pipelines as *const (),
+        b"vkCreatePipelineLayout" => super::clock::create_pipeline_layout as *const (),
         b"vkSetDebugUtilsObjectNameEXT" => o::set_debug_utils_object_name as *const (),
         b"vkMapMemory" => o::map_memory as *const (),
         b"vkUnmapMemory" => o::unmap_memory as *const (),

@@ -33,6 +33,7 @@
 //! next layer unchanged (`vkCreateDevice` adds the calibrated-timestamps extension).
 #![allow(unsafe_op_in_unsafe_fn)]
 
+mod clock;
 mod commands;
 mod device;
 mod loader;
@@ -88,6 +89,9 @@ struct Config {
     /// `$DECODESCOPE_CAPTURE_DIR`; without it the layer passes every call through uncounted.
     dir: Option<String>,
     level: Level,
+    /// `$DECODESCOPE_DISPATCH_TIMING`: at the dispatch level, shader clocks where the device
+    /// has them (`clock`, the default) or intervals between barriers (`interval`).
+    shader_clock: bool,
 }
 
 fn config() -> &'static Config {
@@ -104,7 +108,23 @@ fn config() -> &'static Config {
             );
             Level::Off
         });
-        Config { dir, level }
+        let timing = std::env::var("DECODESCOPE_DISPATCH_TIMING").unwrap_or_default();
+        let shader_clock = match timing.as_str() {
+            "" | "clock" => true,
+            "interval" => false,
+            _ => {
+                eprintln!(
+                    "decodescope layer: DECODESCOPE_DISPATCH_TIMING={timing:?} is not clock or \
+                     interval; using clock"
+                );
+                true
+            }
+        };
+        Config {
+            dir,
+            level,
+            shader_clock,
+        }
     })
 }
 
@@ -308,7 +328,18 @@ next_table! {
     flush_mapped_memory_ranges: PFN_vkFlushMappedMemoryRanges = "vkFlushMappedMemoryRanges",
     invalidate_mapped_memory_ranges: PFN_vkInvalidateMappedMemoryRanges =
         "vkInvalidateMappedMemoryRanges",
+    create_pipeline_layout: PFN_vkCreatePipelineLayout = "vkCreatePipelineLayout",
     // The layer's own use.
+    destroy_pipeline: PFN_vkDestroyPipeline = "vkDestroyPipeline",
+    create_buffer: PFN_vkCreateBuffer = "vkCreateBuffer",
+    destroy_buffer: PFN_vkDestroyBuffer = "vkDestroyBuffer",
+    get_buffer_memory_requirements: PFN_vkGetBufferMemoryRequirements =
+        "vkGetBufferMemoryRequirements",
+    allocate_memory: PFN_vkAllocateMemory = "vkAllocateMemory",
+    free_memory: PFN_vkFreeMemory = "vkFreeMemory",
+    bind_buffer_memory: PFN_vkBindBufferMemory = "vkBindBufferMemory",
+    get_buffer_device_address: PFN_vkGetBufferDeviceAddress = "vkGetBufferDeviceAddress",
+    get_buffer_device_address_khr: PFN_vkGetBufferDeviceAddress = "vkGetBufferDeviceAddressKHR",
     create_query_pool: PFN_vkCreateQueryPool = "vkCreateQueryPool",
     destroy_query_pool: PFN_vkDestroyQueryPool = "vkDestroyQueryPool",
     get_query_pool_results: PFN_vkGetQueryPoolResults = "vkGetQueryPoolResults",
@@ -349,6 +380,8 @@ struct DeviceData {
     recordings: Option<Table>,
     /// Descriptor writes not yet added to the state (counted without the lock).
     descriptor_writes: AtomicU64,
+    /// At the dispatch level on a device with shader clocks: their state ([`clock`]).
+    clock: Option<clock::ShaderClock>,
     inner: Mutex<Inner>,
 }
 

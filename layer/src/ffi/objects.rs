@@ -83,6 +83,9 @@ pub(super) unsafe extern "system" fn create_shader_module(
     if r == vk::Result::SUCCESS && !info.is_null() {
         let h = code_hash((*info).p_code, (*info).code_size);
         d.lock().state.shader_module((*out).as_raw(), h);
+        if let Some(c) = &d.clock {
+            c.module_created(*out, (*info).p_code, (*info).code_size);
+        }
     }
     r
 }
@@ -94,6 +97,9 @@ pub(super) unsafe extern "system" fn destroy_shader_module(
 ) {
     let Some(d) = dev(device) else { return };
     d.lock().state.destroy_shader_module(module.as_raw());
+    if let Some(c) = &d.clock {
+        c.module_destroyed(module);
+    }
     if let Some(f) = d.next.destroy_shader_module {
         f(device, module, alloc);
     }
@@ -155,22 +161,39 @@ pub(super) unsafe extern "system" fn create_compute_pipelines(
     let Some(f) = d.next.create_compute_pipelines else {
         return vk::Result::ERROR_INITIALIZATION_FAILED;
     };
-    let r = f(device, cache, count, infos, alloc, out);
+    // Each pipeline's entry point, code hash (the program's code, instrumented or not) and
+    // specialization hash: its stable name.
+    let named: Vec<(String, u64, u64)> = {
+        let g = d.lock();
+        slice(infos, count)
+            .iter()
+            .map(|info| {
+                let stage = &info.stage;
+                let entry = if stage.p_name.is_null() {
+                    "main".into()
+                } else {
+                    CStr::from_ptr(stage.p_name).to_string_lossy().into_owned()
+                };
+                (entry, stage_hash(&g.state, stage), spec_hash(stage))
+            })
+            .collect()
+    };
+    let r = match &d.clock {
+        Some(c) => {
+            let names: Vec<String> = named
+                .iter()
+                .map(|(e, h, _)| format!("{e}@{:08x}", *h as u32))
+                .collect();
+            c.create_pipelines(&d.next, device, cache, count, infos, alloc, out, &names)
+        }
+        None => f(device, cache, count, infos, alloc, out),
+    };
     if r == vk::Result::SUCCESS || r == vk::Result::PIPELINE_COMPILE_REQUIRED {
         let mut g = d.lock();
-        for (info, p) in slice(infos, count).iter().zip(slice(out, count)) {
-            if *p == vk::Pipeline::null() {
-                continue;
+        for ((entry, h, spec), p) in named.iter().zip(slice(out, count)) {
+            if *p != vk::Pipeline::null() {
+                g.state.created_pipeline(p.as_raw(), entry, *h, *spec);
             }
-            let stage = &info.stage;
-            let entry = if stage.p_name.is_null() {
-                "main".into()
-            } else {
-                CStr::from_ptr(stage.p_name).to_string_lossy()
-            };
-            let h = stage_hash(&g.state, stage);
-            let spec = spec_hash(stage);
-            g.state.created_pipeline(p.as_raw(), &entry, h, spec);
         }
     }
     r

@@ -7,7 +7,7 @@ use ash::vk::{self, Handle};
 
 use super::{DeviceData, Inner};
 use crate::recording::Slot;
-use crate::state::{BLOCK_PAIRS, MAX_POOLS, POOL_PAIRS, ReadJob};
+use crate::state::{BLOCK_PAIRS, MAX_POOLS, POOL_PAIRS, ReadJob, Source};
 
 impl DeviceData {
     /// Creates one more query pool of [`POOL_PAIRS`] pairs; false when the driver refuses or
@@ -94,10 +94,19 @@ impl DeviceData {
                 t.add_block(first, pool.as_raw())
             }
         };
-        let fresh = match s.label_op() {
-            Some(op) => t.dispatch(pair, op),
-            None => t.dispatch_of_pipeline(pair, s.pipeline()),
+        let clocked = self
+            .clock
+            .as_ref()
+            .and_then(|c| Some((c, c.pipeline(s.pipeline())?)));
+        let fresh = match (clocked, s.label_op()) {
+            (Some(_), Some(op)) => t.clocked(pair, op),
+            (Some(_), None) => t.clocked_of_pipeline(pair, s.pipeline()),
+            (None, Some(op)) => t.dispatch(pair, op),
+            (None, None) => t.dispatch_of_pipeline(pair, s.pipeline()),
         };
+        if let Some((c, target)) = clocked {
+            c.arm(&self.next, cb, target, pair);
+        }
         if fresh && let Some(ts) = self.next.cmd_write_timestamp {
             ts(
                 cb,
@@ -120,6 +129,37 @@ impl DeviceData {
                 q % (2 * POOL_PAIRS),
             );
         }
+    }
+
+    /// Ends `cb`'s bracket of clocked dispatches at the end of its recording: a bottom-of-pipe
+    /// timestamp into the query [`Timing::close_bracket`](crate::state::Timing::close_bracket)
+    /// names. Then the clocked dispatches' records are copied for the host.
+    pub(super) unsafe fn close_bracket(&self, g: &mut Inner, cb: vk::CommandBuffer) {
+        let Some(c) = &self.clock else {
+            return;
+        };
+        let closed = match self.slot(cb) {
+            Some(s) => {
+                let mut t = s.timing();
+                let pairs = t.clocked_pairs();
+                t.close_bracket().map(|q| (q, pairs))
+            }
+            None => g.state.close_bracket(cb.as_raw()),
+        };
+        let Some((q, mut pairs)) = closed else {
+            return;
+        };
+        if let Some(ts) = self.next.cmd_write_timestamp
+            && let Some((pool, first)) = Self::query(g, q / 2)
+        {
+            ts(
+                cb,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                pool,
+                first + q % 2,
+            );
+        }
+        c.copy_back(&self.next, cb, &mut pairs);
     }
 
     /// Ends `cb`'s current interval of dispatches (in its slot, or in the state for a command
@@ -224,10 +264,17 @@ impl DeviceData {
         let mut slots: Vec<u32> = Vec::new();
         let mut values: Vec<Option<u64>> = Vec::new();
         for job in jobs {
-            // The job's pairs, sorted; `values[2 i + k]` is query `k` of pair `slots[i]`, once
-            // read and available. Every query a stamp names is in a pair of the same job.
+            // The job's pairs whose queries its stamps name, sorted; `values[2 i + k]` is query
+            // `k` of pair `slots[i]`, once read and available. Every query a stamp names is in a
+            // pair of the same job; a clocked dispatch's pair holds its queries only when they
+            // bracket the command buffer.
             slots.clear();
-            slots.extend(job.stamps.iter().map(|s| s.slot));
+            slots.extend(
+                job.stamps
+                    .iter()
+                    .filter(|s| s.source != Source::Clock)
+                    .flat_map(|s| [s.start / 2, s.end / 2]),
+            );
             slots.sort_unstable();
             slots.dedup();
             values.clear();
@@ -250,11 +297,35 @@ impl DeviceData {
                 let i = slots.binary_search(&(q / 2)).ok()?;
                 values[2 * i + (q % 2) as usize]
             };
-            let results: Vec<Option<(u64, u64)>> = job
+            let mut results: Vec<Option<(u64, u64)>> = job
                 .stamps
                 .iter()
-                .map(|s| Some((value(s.start)?, value(s.end)?)))
+                .map(|s| match s.source {
+                    Source::Clock => None,
+                    _ => Some((value(s.start)?, value(s.end)?)),
+                })
                 .collect();
+            if let Some(c) = &self.clock {
+                let clocked: Vec<usize> = (0..job.stamps.len())
+                    .filter(|&i| job.stamps[i].source == Source::Clock)
+                    .collect();
+                if !clocked.is_empty() {
+                    let bracket = job
+                        .stamps
+                        .iter()
+                        .zip(&results)
+                        .find(|(s, _)| s.source == Source::Bracket)
+                        .and_then(|(_, r)| *r);
+                    let clocks: Vec<Option<(u64, u64)>> = clocked
+                        .iter()
+                        .map(|&i| c.take(job.stamps[i].slot))
+                        .collect();
+                    let spans = g.state.clock_map.map(bracket, &clocks);
+                    for (&i, span) in clocked.iter().zip(spans) {
+                        results[i] = span;
+                    }
+                }
+            }
             g.state.read_done(&job, &results);
         }
     }

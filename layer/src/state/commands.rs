@@ -390,6 +390,28 @@ impl DeviceState {
             .is_some_and(|c| c.timing.dispatch(slot, op))
     }
 
+    /// The pipeline bound in `cmd` now (recorded under the device's lock).
+    pub fn bound_pipeline(&self, cmd: u64) -> Option<u64> {
+        self.cmds.get(&cmd)?.pipeline
+    }
+
+    /// The stamp of a clocked dispatch of op `op` recorded into `cmd` with pair `slot`, under
+    /// the device's lock ([`Timing::clocked`]): true when the caller must write the bracket's
+    /// start (query `2 slot`).
+    pub fn clocked_stamp(&mut self, cmd: u64, slot: u32, op: u32) -> bool {
+        self.cmds
+            .get_mut(&cmd)
+            .is_some_and(|c| c.timing.clocked(slot, op))
+    }
+
+    /// Ends `cmd`'s bracket of clocked dispatches ([`Timing::close_bracket`]), recorded under
+    /// the device's lock: its end query and the clocked dispatches' pairs.
+    pub fn close_bracket(&mut self, cmd: u64) -> Option<(u32, Vec<u32>)> {
+        let t = &mut self.cmds.get_mut(&cmd)?.timing;
+        let pairs = t.clocked_pairs();
+        Some((t.close_bracket()?, pairs))
+    }
+
     /// Ends `cmd`'s current interval ([`Timing::close`]): the query its dispatches end at (the
     /// caller writes it, bottom of pipe), or `None` when no dispatch was recorded since the
     /// last boundary.
@@ -414,7 +436,11 @@ impl DeviceState {
             }
             return;
         };
-        c.timed_dispatches += t.stamps.len() as u64;
+        c.timed_dispatches += t
+            .stamps
+            .iter()
+            .filter(|s| s.source != Source::Bracket)
+            .count() as u64;
         c.stamps.append(&mut t.stamps);
         c.blocks.append(&mut t.blocks);
     }

@@ -16,7 +16,7 @@
 //! for). Either way the recording's timing joins the command buffer's state when it ends
 //! ([`DeviceState::absorb`](super::DeviceState::absorb)).
 
-use super::{BLOCK_PAIRS, Stamp};
+use super::{BLOCK_PAIRS, Source, Stamp};
 
 /// The op of a dispatch recorded without the device's lock and without a debug label: found
 /// from its pipeline ([`Timing::pipelines`]) when the recording joins the device's state.
@@ -41,6 +41,9 @@ pub struct Timing {
     boundary: Option<u32>,
     /// The stamps of the dispatches recorded since that boundary.
     open: Vec<usize>,
+    /// The bracket of the recording's clocked dispatches: the query of the first one's
+    /// top-of-pipe start and the one the recording's end writes (the last one's end query).
+    bracket: Option<(u32, u32)>,
 }
 
 impl Timing {
@@ -81,6 +84,57 @@ impl Timing {
     pub fn dispatch_of_pipeline(&mut self, slot: u32, pipeline: u64) -> bool {
         self.pipelines.push((self.stamps.len(), pipeline));
         self.dispatch(slot, UNRESOLVED)
+    }
+
+    /// The stamp of a dispatch whose shader reads the clock itself (its pipeline was
+    /// instrumented), with pair `slot` whose clock record it writes. True when the caller must
+    /// write the recording's bracket start (top of pipe, query `2 slot`): the first clocked
+    /// dispatch of the recording. Like a transfer, it ends the interval machinery's claim on
+    /// the time since the last boundary, so an uninstrumented dispatch after it starts an
+    /// interval of its own.
+    pub fn clocked(&mut self, slot: u32, op: u32) -> bool {
+        self.stamps.push(Stamp {
+            source: Source::Clock,
+            ..Stamp::pair(slot, op, 1)
+        });
+        self.transfer();
+        let fresh = self.bracket.is_none();
+        let start = self.bracket.map_or(2 * slot, |(s, _)| s);
+        self.bracket = Some((start, 2 * slot + 1));
+        fresh
+    }
+
+    /// A clocked dispatch of op [`UNRESOLVED`] whose pipeline is `pipeline`.
+    pub fn clocked_of_pipeline(&mut self, slot: u32, pipeline: u64) -> bool {
+        self.pipelines.push((self.stamps.len(), pipeline));
+        self.clocked(slot, UNRESOLVED)
+    }
+
+    /// The pairs of the recording's clocked dispatches, whose records its end copies for the
+    /// host.
+    pub fn clocked_pairs(&self) -> Vec<u32> {
+        self.stamps
+            .iter()
+            .filter(|s| s.source == Source::Clock)
+            .map(|s| s.slot)
+            .collect()
+    }
+
+    /// Ends the recording's bracket of clocked dispatches: the query the caller writes (bottom
+    /// of pipe) at the recording's end, its [`Source::Bracket`] stamp added; `None` without
+    /// clocked dispatches or once closed.
+    pub fn close_bracket(&mut self) -> Option<u32> {
+        let (start, end) = self.bracket.take()?;
+        self.stamps.push(Stamp {
+            slot: start / 2,
+            op: UNRESOLVED,
+            covers: 0,
+            start,
+            end,
+            shared: 1,
+            source: Source::Bracket,
+        });
+        Some(end)
     }
 
     /// Ends the current interval before a barrier, the end of the recording or executed
@@ -170,6 +224,47 @@ mod tests {
         );
         assert_eq!(t.close(), Some(2 * c + 1));
         assert_eq!(t.stamps[2].start, 2 * b);
+    }
+
+    #[test]
+    fn a_clocked_dispatch_has_its_own_record_and_splits_intervals_around_it() {
+        let mut t = timing();
+        assert!(t.dispatch(64, 0));
+        assert_eq!(t.close(), Some(129));
+        let b = t.next_pair().expect("pair");
+        assert!(
+            t.clocked(b, 1),
+            "the first clocked dispatch starts the bracket"
+        );
+        assert_eq!(t.close(), None, "a clocked dispatch writes no boundary");
+        let c = t.next_pair().expect("pair");
+        assert!(
+            t.dispatch(c, 2),
+            "an interval after a clocked dispatch starts with a timestamp of its own"
+        );
+        let s = &t.stamps;
+        assert_eq!((s[1].source, s[1].slot, s[1].shared), (Source::Clock, b, 1));
+        assert_eq!(s[2].start, 2 * c);
+        let d = t.next_pair().expect("pair");
+        assert!(!t.clocked_of_pipeline(d, 0xbeef), "one bracket a recording");
+        assert_eq!(t.pipelines, vec![(3, 0xbeef)]);
+        assert_eq!(t.close(), Some(2 * c + 1), "the open interval still closes");
+        assert_eq!(
+            t.stamps[3].end,
+            2 * d + 1,
+            "the clocked stamp keeps its pair"
+        );
+        assert_eq!(
+            t.close_bracket(),
+            Some(2 * d + 1),
+            "ends at the last one's query"
+        );
+        assert_eq!(t.close_bracket(), None);
+        let br = t.stamps.last().expect("bracket");
+        assert_eq!(
+            (br.source, br.start, br.end, br.slot),
+            (Source::Bracket, 2 * b, 2 * d + 1, b)
+        );
     }
 
     #[test]

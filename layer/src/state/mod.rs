@@ -63,6 +63,7 @@ impl Level {
     }
 }
 
+mod clock;
 mod commands;
 mod hash;
 mod interval;
@@ -71,6 +72,7 @@ mod slots;
 #[cfg(test)]
 mod tests;
 
+pub use clock::ClockMap;
 pub use commands::{Cmd, CmdState};
 pub use hash::{FastMap, KeyHasher, hash_bytes, mix};
 pub use interval::{Timing, UNRESOLVED};
@@ -108,7 +110,9 @@ pub type HostTag = (Host, u64, u64, u32);
 /// runs from query `start` to query `end` (numbered as `2 slot + 0 or 1`): its own pair for a
 /// region, and for a dispatch the boundaries of its interval, which may be written into the pair
 /// of another dispatch of the same command buffer ([`DeviceState::dispatch_stamp`]); `shared`
-/// dispatches have that interval.
+/// dispatches have that interval. At the dispatch level with shader clocks ([`Source`]), a
+/// dispatch's times come from its pair's clock record instead, mapped onto its command buffer's
+/// bracket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     pub slot: u32,
@@ -117,6 +121,21 @@ pub struct Stamp {
     pub start: u32,
     pub end: u32,
     pub shared: u32,
+    pub source: Source,
+}
+
+/// Where a stamp's times come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Source {
+    /// Its start and end queries.
+    #[default]
+    Queries,
+    /// The clock record of its pair, written by the dispatch's own (instrumented) shader: the
+    /// first workgroup's start and the last one's end, in device clock ticks.
+    Clock,
+    /// Its own pair's queries, around a whole command buffer whose dispatches are clocked: the
+    /// timestamps their clocks are mapped onto; not a span of its own.
+    Bracket,
 }
 
 impl Stamp {
@@ -129,6 +148,7 @@ impl Stamp {
             start: 2 * slot,
             end: 2 * slot + 1,
             shared: 1,
+            source: Source::Queries,
         }
     }
 }
@@ -210,6 +230,8 @@ pub struct DeviceState {
     pub slots: Slots,
     /// True once the device's query pools exist (timestamps on and supported).
     pub timing: bool,
+    /// Shader clocks onto timestamps ([`ClockMap`]).
+    pub clock_map: ClockMap,
     group: Group,
     next_group: u64,
     cmds: FastMap<u64, CmdState>,
@@ -248,6 +270,7 @@ impl DeviceState {
             level,
             slots: Slots::new(level),
             timing: false,
+            clock_map: ClockMap::default(),
             group: Group {
                 start_ns: now_ns,
                 ..Group::default()

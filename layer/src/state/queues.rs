@@ -333,6 +333,10 @@ impl DeviceState {
     pub fn read_done(&mut self, job: &ReadJob, results: &[Option<(u64, u64)>]) {
         let mut untimed = 0;
         for (s, r) in job.stamps.iter().zip(results) {
+            if s.source == Source::Bracket {
+                // Read only to place the clocked dispatches' spans.
+                continue;
+            }
             match r {
                 Some((a, b)) => self.group.gpu.push(RawGpuSpan(
                     job.sub.group,

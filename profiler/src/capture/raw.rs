@@ -69,6 +69,11 @@ pub struct RawDevice {
     pub clock: ClockMeta,
     /// Timestamp level actually used on this device (`off` when its queues cannot write them).
     pub timestamps: String,
+    /// At the `dispatch` level, how dispatches are timed: `shader-clock` (each instrumented
+    /// dispatch reads the device clock itself) or `interval` (timestamps between the
+    /// program's barriers); empty at other levels.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dispatch_timing: String,
 }
 
 /// A label that GPU spans of a device name by id.
