@@ -110,6 +110,9 @@ enum Command {
         /// GPU timestamps the layer inserts in its own query pool.
         #[arg(long, value_enum, default_value_t = LayerTimestamps::Off)]
         timestamps: LayerTimestamps,
+        /// At `--timestamps dispatch`: how dispatches are timed.
+        #[arg(long, value_enum, default_value_t = DispatchTiming::Clock)]
+        dispatch_timing: DispatchTiming,
         /// How host waits become steps.
         #[arg(long, value_enum, default_value_t = profiler::capture::StepRule::Auto)]
         steps: profiler::capture::StepRule,
@@ -216,9 +219,21 @@ enum LayerTimestamps {
     Submit,
     /// At the start and end of every primary command buffer.
     CommandBuffer,
-    /// Every dispatch gets the span of its interval between the program's barriers (one
-    /// timestamp per barrier); dispatches with no barrier between them share it.
+    /// Every dispatch gets a GPU span of its own (see --dispatch-timing).
     Dispatch,
+}
+
+/// How `--timestamps dispatch` times each dispatch.
+#[derive(Clone, Copy, ValueEnum)]
+enum DispatchTiming {
+    /// Each dispatch reads the GPU's clock in its own shader (the layer instruments the
+    /// program's SPIR-V; VK_KHR_shader_clock): two timestamps a command buffer, every dispatch
+    /// timed on its own. Where the device or a pipeline cannot, as `interval` (the trace says
+    /// which in meta.capture.dispatch_timing).
+    Clock,
+    /// One timestamp per barrier between dispatches; dispatches with no barrier between them
+    /// share their interval's span.
+    Interval,
 }
 
 impl LayerTimestamps {
@@ -365,6 +380,7 @@ fn run(cli: Cli) -> Result<Outcome> {
         Command::Record {
             out,
             timestamps,
+            dispatch_timing,
             steps,
             layer,
             kinds,
@@ -373,6 +389,11 @@ fn run(cli: Cli) -> Result<Outcome> {
             let opts = profiler::record::RecordOptions {
                 out: out.clone(),
                 timestamps: timestamps.name().into(),
+                dispatch_timing: match dispatch_timing {
+                    DispatchTiming::Clock => "clock",
+                    DispatchTiming::Interval => "interval",
+                }
+                .into(),
                 steps,
                 layer,
                 op_kinds: kinds.rules()?,

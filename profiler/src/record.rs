@@ -4,8 +4,8 @@
 //! The layer is found at `--layer PATH`, else `$DECODESCOPE_LAYER`, else beside the running
 //! `profiler` executable (cargo builds both into `target/<profile>/`). Its manifest is written
 //! into a temporary folder named by `VK_ADD_LAYER_PATH`; `VK_INSTANCE_LAYERS` and
-//! `VK_LOADER_LAYERS_ENABLE` enable it; `DECODESCOPE_CAPTURE_DIR` and `DECODESCOPE_TIMESTAMPS`
-//! pass the options to it.
+//! `VK_LOADER_LAYERS_ENABLE` enable it; `DECODESCOPE_CAPTURE_DIR`, `DECODESCOPE_TIMESTAMPS` and
+//! `DECODESCOPE_DISPATCH_TIMING` pass the options to it.
 //!
 //! Ctrl-C reaches the program (it shares the terminal's process group) and `profiler record`
 //! outlives it: once the program has exited, the trace is written (atomically) and says that the
@@ -32,6 +32,8 @@ pub struct RecordOptions {
     pub out: PathBuf,
     /// `off`, `submit`, `command-buffer` or `dispatch`.
     pub timestamps: String,
+    /// At `dispatch`: `clock` (shader clocks where the device has them) or `interval`.
+    pub dispatch_timing: String,
     pub steps: StepRule,
     /// `--layer`; else `$DECODESCOPE_LAYER`; else beside the executable.
     pub layer: Option<PathBuf>,
@@ -216,6 +218,7 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         )
         .env("DECODESCOPE_CAPTURE_DIR", &dir)
         .env("DECODESCOPE_TIMESTAMPS", &opts.timestamps)
+        .env("DECODESCOPE_DISPATCH_TIMING", &opts.dispatch_timing)
         .spawn()
         .map_err(|err| RecordError::Spawn {
             program: program.clone(),

@@ -20,7 +20,9 @@
 #    `perf-logger`: llama-server without the layer, with GGML_VK_PERF_LOGGER=1 (llama.cpp's own
 #    per-op GPU timer), for what timing every op costs it, and `LEVEL@NAME` the layer at
 #    $LAYER_NAME at that level (two builds of the layer in one sweep: LEVELS="dispatch
-#    dispatch@old" LAYER_OLD=path). $PIN pins every run to CPUs (below).
+#    dispatch@old" LAYER_OLD=path), and `dispatch-interval` the dispatch level timed by
+#    intervals between barriers instead of shader clocks (`--dispatch-timing interval`). $PIN
+#    pins every run to CPUs (below).
 # 3. `decoder capture --mode both` at the same context and length.
 # 4. One more llama-server run at `dispatch` with GGML_VK_DEBUG_MARKERS=1 (llama.cpp's pipeline
 #    names on its dispatches) and the fused preset at `--timestamps dispatch`; `profiler diff`
@@ -98,7 +100,13 @@ serve() {
       lay=${!var:-}
       [[ -f $lay ]] || { echo "capture-llama: $level needs \$$var (a layer library)" >&2; exit 2; }
     fi
-    "${pin[@]}" "$profiler" record --layer "$lay" --timestamps "$lv" \
+    # dispatch-interval: the dispatch level timed by intervals between barriers instead of
+    # shader clocks.
+    local how=clock
+    if [[ $lv == dispatch-interval ]]; then
+      lv=dispatch how=interval
+    fi
+    "${pin[@]}" "$profiler" record --layer "$lay" --timestamps "$lv" --dispatch-timing "$how" \
       --out "$trace" -- "${server[@]}" >"$log" 2>&1 &
   fi
   pid=$!

@@ -103,11 +103,20 @@ fn run_under_layer(
     knobs: &[&str],
     level: &str,
 ) -> (Trace, Trace) {
+    let (how, level) = match level {
+        "dispatch-interval" => ("interval", "dispatch"),
+        l => ("clock", l),
+    };
     let own = dir.join(format!("{name}.own.json"));
     let layer = dir.join(format!("{name}.layer.json"));
     let args = capture_args(&own, mode, knobs);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = record(&["--timestamps", level], &layer, &built("decoder"), &args);
+    let o = record(
+        &["--timestamps", level, "--dispatch-timing", how],
+        &layer,
+        &built("decoder"),
+        &args,
+    );
     assert!(
         o.status.success(),
         "{name}: profiler record failed:\n{}",
@@ -147,10 +156,12 @@ fn decode_counters_match_the_decoders_own_trace() {
 fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Both presets at every level: the fused preset records once and replays one region per
-    // token, the generic preset records, submits and waits for every dispatch.
-    let runs = ["fused", "generic"]
-        .into_iter()
-        .flat_map(|m| ["submit", "command-buffer", "dispatch"].map(move |l| (m, l)));
+    // token, the generic preset records, submits and waits for every dispatch. `dispatch`
+    // reads lavapipe's shader clock in each dispatch (the layer instruments the decoder's
+    // SPIR-V); `dispatch-interval` times by intervals between barriers.
+    let runs = ["fused", "generic"].into_iter().flat_map(|m| {
+        ["submit", "command-buffer", "dispatch", "dispatch-interval"].map(move |l| (m, l))
+    });
     for (mode, level) in runs {
         let name = match mode {
             "fused" => level.to_owned(),
@@ -160,6 +171,12 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
         assert_same_decode_counters(&layer, &own, &name);
         let c = layer.meta.capture.as_ref().expect("capture");
         assert_eq!(c.untimed_dispatches, 0, "{name}: {:?}", c.notes);
+        let (level, how) = match level {
+            "dispatch" => ("dispatch", "shader-clock"),
+            "dispatch-interval" => ("dispatch", "interval"),
+            l => (l, ""),
+        };
+        assert_eq!(c.dispatch_timing, how, "{name}");
         assert_eq!(layer.meta.run.timestamps, level);
         assert!(
             [
@@ -192,7 +209,8 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
             }
         }
         if level == "dispatch" {
-            // A span for every dispatch of every decode step.
+            // A span for every dispatch of every decode step; with shader clocks, each its own
+            // (no interval shared between dispatches), none empty.
             for step in decode_steps(&layer) {
                 assert_eq!(
                     step.gpu_spans.len() as u64,
@@ -200,6 +218,12 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
                     "{name}: decode step {}",
                     step.position
                 );
+                if how == "shader-clock" {
+                    for s in &step.gpu_spans {
+                        assert_eq!(s.shared(), 1, "{name}: {s:?}");
+                        assert!(s.dur_ns() > 0, "{name}: {s:?}");
+                    }
+                }
             }
         }
     }

@@ -172,6 +172,14 @@ fn every_timestamp_level_gives_the_programs_steps_and_times_every_one() {
                         s.counters.dispatches,
                         "{what}: decode step {i}: one GPU span per dispatch"
                     );
+                    // wgpu's own SPIR-V, instrumented: each dispatch timed on its own, with the
+                    // features its device left off turned on for the layer.
+                    assert_eq!(c.dispatch_timing, "shader-clock", "{what}");
+                    assert!(
+                        s.gpu_spans.iter().all(|g| g.shared() == 1 && g.dur_ns() > 0),
+                        "{what}: decode step {i}: {:?}",
+                        s.gpu_spans
+                    );
                 }
             }
             if level != "off" {
