@@ -176,7 +176,9 @@ fn every_timestamp_level_gives_the_programs_steps_and_times_every_one() {
                     // features its device left off turned on for the layer.
                     assert_eq!(c.dispatch_timing, "shader-clock", "{what}");
                     assert!(
-                        s.gpu_spans.iter().all(|g| g.shared() == 1 && g.dur_ns() > 0),
+                        s.gpu_spans
+                            .iter()
+                            .all(|g| g.shared() == 1 && g.dur_ns() > 0),
                         "{what}: decode step {i}: {:?}",
                         s.gpu_spans
                     );

@@ -57,6 +57,9 @@ pub(super) struct ClockPlan {
     khr_address: bool,
     /// The program's own feature fields the layer turns on during the call.
     patches: Vec<Patch>,
+    /// The program enables `vulkanMemoryModelDeviceScope` (which modules of the Vulkan memory
+    /// model need once instrumented).
+    device_scope: bool,
 }
 
 /// A `VkBool32` in one of the program's feature structures that the layer turns on for the
@@ -156,6 +159,7 @@ pub(super) unsafe fn plan(
     // the length of the call and restored after it ([`Patch`]).
     let (mut has_f2, mut has_v12, mut has_bda, mut has_atomics, mut has_clock) =
         (false, false, false, false, false);
+    let mut device_scope = false;
     let mut patches = Vec::new();
     let mut p = info.p_next as *const vk::BaseInStructure<'_>;
     while !p.is_null() {
@@ -168,6 +172,7 @@ pub(super) unsafe fn plan(
             vk::StructureType::PHYSICAL_DEVICE_VULKAN_1_2_FEATURES => {
                 has_v12 = true;
                 let s = p as *const vk::PhysicalDeviceVulkan12Features<'_>;
+                device_scope |= (*s).vulkan_memory_model_device_scope == vk::TRUE;
                 vec![
                     (&raw const (*s).buffer_device_address, "bufferDeviceAddress"),
                     (
@@ -188,6 +193,11 @@ pub(super) unsafe fn plan(
                     &raw const (*s).shader_buffer_int64_atomics,
                     "shaderBufferInt64Atomics",
                 )]
+            }
+            vk::StructureType::PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES => {
+                let s = p as *const vk::PhysicalDeviceVulkanMemoryModelFeatures<'_>;
+                device_scope |= (*s).vulkan_memory_model_device_scope == vk::TRUE;
+                Vec::new()
             }
             vk::StructureType::PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR => {
                 has_clock = true;
@@ -261,6 +271,7 @@ pub(super) unsafe fn plan(
         push_offset,
         khr_address,
         patches,
+        device_scope,
     })
 }
 
@@ -332,6 +343,8 @@ pub(super) struct ShaderClock {
     pipelines: RwLock<FastMap<u64, (u64, u32)>>,
     /// Why modules were left as they were, each said once.
     refusals: Mutex<Vec<String>>,
+    /// The device has `vulkanMemoryModelDeviceScope` enabled.
+    device_scope: bool,
 }
 
 /// The memory type for `bits` with the first of `want` the driver offers, else the first with
@@ -407,6 +420,7 @@ impl ShaderClock {
             modules: Mutex::default(),
             pipelines: RwLock::default(),
             refusals: Mutex::default(),
+            device_scope: plan.device_scope,
         })
     }
 
@@ -784,6 +798,13 @@ impl ShaderClock {
                 .get(&info.stage.module.as_raw())
                 .cloned();
             let Some(code) = code else { continue };
+            if !self.device_scope && spirv::uses_vulkan_memory_model(&code) {
+                self.refuse(format!(
+                    "{name}: it uses the Vulkan memory model, and the device was created \
+                     without vulkanMemoryModelDeviceScope"
+                ));
+                continue;
+            }
             let words = match spirv::instrument(&code, self.push_offset) {
                 Ok(w) => w,
                 Err(e) => {

@@ -119,3 +119,13 @@ pub fn instrument(words: &[u32], push_offset: u32) -> Result<Vec<u32>, Refusal> 
     let analysis = analysis::analyze(&module)?;
     Ok(emit::emit(&module, &analysis, push_offset))
 }
+
+/// True when the module uses the Vulkan memory model: instrumented, it then needs the device
+/// feature `vulkanMemoryModelDeviceScope` (its atomics have device scope).
+pub fn uses_vulkan_memory_model(words: &[u32]) -> bool {
+    words::Module::parse(words).is_ok_and(|m| {
+        m.insts.iter().any(|i| {
+            i.op == words::op::MEMORY_MODEL && i.word(1) == Some(words::en::VULKAN_MEMORY_MODEL)
+        })
+    })
+}

@@ -820,3 +820,16 @@ fn reasons_are_short_sentences() {
         "SPIR-V version 2.0 (word 0x00020000) is not 1.0 to 1.6"
     );
 }
+
+#[test]
+fn a_module_of_the_vulkan_memory_model_is_told_apart() {
+    let mut words = fixture("llama_like");
+    assert!(!super::uses_vulkan_memory_model(&words), "GLSL450");
+    // OpMemoryModel (opcode 14, two operands) turned to the Vulkan memory model (3).
+    let at = (5..words.len())
+        .find(|&i| words[i] == (3 << 16 | 14))
+        .expect("an OpMemoryModel");
+    words[at + 2] = 3;
+    assert!(super::uses_vulkan_memory_model(&words));
+    assert!(!super::uses_vulkan_memory_model(&[1, 2, 3]), "not SPIR-V");
+}
