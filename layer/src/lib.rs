@@ -7,7 +7,9 @@
 //!
 //! - `DECODESCOPE_CAPTURE_DIR`: where to write `layer.PID.jsonl` (without it the layer passes
 //!   every call through untouched);
-//! - `DECODESCOPE_TIMESTAMPS`: `off`, `submit`, `command-buffer` or `dispatch`.
+//! - `DECODESCOPE_TIMESTAMPS`: `off`, `submit`, `command-buffer` or `dispatch`;
+//! - `DECODESCOPE_DISPATCH_TIMING`: at `dispatch`, `clock` (each dispatch reads the device clock
+//!   in its own, instrumented shader, where the device allows; the default) or `interval`.
 //!
 //! It counts what the decoder's recorder counts (TRACE_FORMAT.md, "counters"), per wait group,
 //! with commands inside a command buffer counted each time the buffer is submitted; names

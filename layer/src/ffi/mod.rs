@@ -14,7 +14,10 @@
 //!   bottom-of-pipe timestamp);
 //! - `command-buffer`: a reset and timestamp after `vkBeginCommandBuffer`, one before
 //!   `vkEndCommandBuffer`, in every primary command buffer;
-//! - `dispatch`: every dispatch gets the span of its interval between the program's barriers: a
+//! - `dispatch`: where the device has shader clocks, every dispatch of an instrumented pipeline
+//!   times itself and two timestamps bracket each command buffer ([`clock`]); elsewhere (and with
+//!   `DECODESCOPE_DISPATCH_TIMING=interval`) every dispatch gets the span of its interval between
+//!   the program's barriers: a
 //!   bottom-of-pipe timestamp before each barrier (and the end of the command buffer) that
 //!   follows a dispatch, a top-of-pipe one before a command buffer's first dispatch (and the first
 //!   after a transfer), and one query reset per block of
@@ -30,7 +33,9 @@
 //! Every `unsafe extern "system"` function here is called by the loader (or by the program
 //! through it) with the arguments of the Vulkan command it implements; the Vulkan specification's
 //! valid usage for that command is the safety contract, and each passes its arguments on to the
-//! next layer unchanged (`vkCreateDevice` adds the calibrated-timestamps extension).
+//! next layer unchanged, except what [`clock`] changes for shader clocks (features and extensions
+//! at `vkCreateDevice`, push-constant ranges, instrumented pipelines) and the
+//! calibrated-timestamps extension `vkCreateDevice` adds.
 #![allow(unsafe_op_in_unsafe_fn)]
 
 mod clock;
