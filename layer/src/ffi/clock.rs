@@ -15,10 +15,10 @@
 //!    `vkCreateShaderModule` (a module it cannot instrument, or a driver that refuses the
 //!    result, keeps the program's code and is timed by interval);
 //! 4. before each dispatch of an instrumented pipeline, pushes the address of the dispatch's
-//!    clock record (one per timestamp pair, in host memory) and a tag ([`ShaderClock::arm`]);
+//!    clock record (one per timestamp pair, in device memory) and a tag ([`ShaderClock::arm`]);
 //!    the first workgroup writes the start and the tag, every workgroup raises the end as it
-//!    returns; a barrier at the end of the command buffer makes them visible to the host, which
-//!    reads them once the submission is complete ([`ShaderClock::take`]);
+//!    returns; at the end of the command buffer a copy puts its records in host memory, which
+//!    the layer reads once the submission is complete ([`ShaderClock::take`]);
 //! 5. brackets each command buffer's clocked dispatches with two timestamps, onto which the
 //!    clocks are mapped ([`crate::state::ClockMap`]).
 //!
@@ -321,14 +321,16 @@ struct Buffer {
     address: u64,
 }
 
-/// A device's shader-clock state: the record buffer, the layouts the layer
+/// A device's shader-clock state: the record buffer and its host copy, the layouts the layer
 /// extended, the code of the program's modules and the pipelines it instrumented.
 pub(super) struct ShaderClock {
     pub push_offset: u32,
-    /// One record per timestamp pair, in host memory the GPU writes and the host reads.
+    /// One record per timestamp pair, in device memory: the dispatches' atomics stay on the GPU.
     records: Buffer,
-    /// The records' mapping (host-coherent, `RECORDS` x `RECORD_BYTES`), as an address.
-    records_host: usize,
+    /// Where each command buffer's end copies its records, in host memory.
+    readback: Buffer,
+    /// The readback's mapping (host-coherent, `RECORDS` x `RECORD_BYTES`), as an address.
+    readback_host: usize,
     /// The tag each record's current dispatch writes (0: none), and the next tag.
     tags: Box<[AtomicU32]>,
     next_tag: AtomicU32,
@@ -368,7 +370,7 @@ fn memory_type(
 }
 
 impl ShaderClock {
-    /// Creates the record buffer (mapped for good) on `device`.
+    /// Creates the record buffer and its host copy (mapped for good) on `device`.
     pub(super) unsafe fn create(
         next: &Next,
         device: vk::Device,
@@ -378,28 +380,40 @@ impl ShaderClock {
         use vk::BufferUsageFlags as U;
         use vk::MemoryPropertyFlags as M;
         let size = RECORDS * RECORD_BYTES;
-        // Host memory: a dispatch's record takes one store from its first workgroup and one
-        // atomic, whose result nothing waits for, from each workgroup; a copy into host memory
-        // at each command buffer's end cost a program of many small command buffers more than
-        // these do (docs/performance.md).
-        let visible = M::HOST_VISIBLE | M::HOST_COHERENT;
-        let (records, host) = Self::buffer(
+        let (records, _) = Self::buffer(
             next,
             device,
             memory,
             size,
-            U::STORAGE_BUFFER | U::SHADER_DEVICE_ADDRESS,
-            (&[visible | M::HOST_CACHED], visible),
+            U::STORAGE_BUFFER | U::SHADER_DEVICE_ADDRESS | U::TRANSFER_SRC,
+            (&[M::DEVICE_LOCAL], M::empty()),
             plan.khr_address,
         )?;
-        let Some(host) = host else {
-            Self::free(next, device, &records);
-            return Err("the clock records could not be mapped".into());
+        let visible = M::HOST_VISIBLE | M::HOST_COHERENT;
+        let readback = Self::buffer(
+            next,
+            device,
+            memory,
+            size,
+            U::TRANSFER_DST,
+            (&[visible | M::HOST_CACHED], visible),
+            plan.khr_address,
+        );
+        let (readback, host) = match readback {
+            Ok((b, Some(host))) => (b, host),
+            other => {
+                Self::free(next, device, &records);
+                if let Ok((b, _)) = other {
+                    Self::free(next, device, &b);
+                }
+                return Err("the clock records' host copy could not be made".into());
+            }
         };
         Ok(ShaderClock {
             push_offset: plan.push_offset,
             records,
-            records_host: host,
+            readback,
+            readback_host: host,
             tags: (0..RECORDS).map(|_| AtomicU32::new(0)).collect(),
             next_tag: AtomicU32::new(1),
             layouts: Mutex::default(),
@@ -514,12 +528,13 @@ impl ShaderClock {
         }
     }
 
-    /// Frees the records (the device is being destroyed).
+    /// Frees the buffers (the device is being destroyed).
     pub(super) unsafe fn destroy(&self, next: &Next, device: vk::Device) {
         if let Some(f) = next.unmap_memory {
-            f(device, self.records.memory);
+            f(device, self.readback.memory);
         }
         Self::free(next, device, &self.records);
+        Self::free(next, device, &self.readback);
     }
 
     /// The layout and push stages of `pipeline` when it is instrumented.
@@ -570,22 +585,63 @@ impl ShaderClock {
         }
     }
 
-    /// At the end of a recording with clocked dispatches: their records' writes made visible
-    /// to the host once the dispatches are done.
-    pub(super) unsafe fn release(&self, next: &Next, cb: vk::CommandBuffer) {
-        let Some(barrier) = next.cmd_pipeline_barrier else {
+    /// At the end of a recording whose clocked dispatches have pairs `pairs`: copies their
+    /// records to the host copy once every dispatch before is done, visible to the host.
+    pub(super) unsafe fn copy_back(&self, next: &Next, cb: vk::CommandBuffer, pairs: &mut [u32]) {
+        let (Some(barrier), Some(copy)) = (next.cmd_pipeline_barrier, next.cmd_copy_buffer) else {
             return;
         };
-        let host = [vk::MemoryBarrier::default()
+        pairs.sort_unstable();
+        let mut regions: Vec<vk::BufferCopy> = Vec::new();
+        for &p in pairs.iter() {
+            if p as u64 >= RECORDS {
+                continue;
+            }
+            let at = p as u64 * RECORD_BYTES;
+            match regions.last_mut() {
+                Some(r) if r.src_offset + r.size == at => r.size += RECORD_BYTES,
+                _ => regions.push(vk::BufferCopy {
+                    src_offset: at,
+                    dst_offset: at,
+                    size: RECORD_BYTES,
+                }),
+            }
+        }
+        if regions.is_empty() {
+            return;
+        }
+        let before = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(vk::AccessFlags::HOST_READ)];
+            .dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
         barrier(
             cb,
             vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::PipelineStageFlags::TRANSFER,
+            vk::DependencyFlags::empty(),
+            1,
+            before.as_ptr(),
+            0,
+            std::ptr::null(),
+            0,
+            std::ptr::null(),
+        );
+        copy(
+            cb,
+            self.records.buffer,
+            self.readback.buffer,
+            regions.len() as u32,
+            regions.as_ptr(),
+        );
+        let after = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(vk::AccessFlags::HOST_READ)];
+        barrier(
+            cb,
+            vk::PipelineStageFlags::TRANSFER,
             vk::PipelineStageFlags::HOST,
             vk::DependencyFlags::empty(),
             1,
-            host.as_ptr(),
+            after.as_ptr(),
             0,
             std::ptr::null(),
             0,
@@ -594,13 +650,13 @@ impl ShaderClock {
     }
 
     /// The clocks pair `pair`'s dispatch wrote (its first workgroup's start and the latest
-    /// end, in ticks), once its submission is complete; `None` when the record is not that
-    /// dispatch's (its tag differs: the dispatch never ran, or an earlier one's).
+    /// end, in ticks), once its submission is complete; `None` when the record in the host copy
+    /// is not that dispatch's (its tag differs: the dispatch never ran, or an earlier one's).
     pub(super) unsafe fn take(&self, pair: u32) -> Option<(u64, u64)> {
         let tag = self.tags.get(pair as usize)?.load(Ordering::Relaxed);
-        // SAFETY: the records are mapped for the device's life and entry `pair` is inside them;
-        // the submission that wrote it is complete.
-        let r = (self.records_host as *const u8).add((pair as u64 * RECORD_BYTES) as usize);
+        // SAFETY: the host copy is mapped for the device's life and entry `pair` is inside it;
+        // the submission that copied it is complete.
+        let r = (self.readback_host as *const u8).add((pair as u64 * RECORD_BYTES) as usize);
         let start = (r as *const u64).read_volatile();
         let end = (r.add(8) as *const u64).read_volatile();
         let written = (r.add(16) as *const u32).read_volatile();

@@ -133,16 +133,20 @@ impl DeviceData {
 
     /// Ends `cb`'s bracket of clocked dispatches at the end of its recording: a bottom-of-pipe
     /// timestamp into the query [`Timing::close_bracket`](crate::state::Timing::close_bracket)
-    /// names, then a barrier that makes the clocked dispatches' records visible to the host.
+    /// names. Then the clocked dispatches' records are copied for the host.
     pub(super) unsafe fn close_bracket(&self, g: &mut Inner, cb: vk::CommandBuffer) {
         let Some(c) = &self.clock else {
             return;
         };
         let closed = match self.slot(cb) {
-            Some(s) => s.timing().close_bracket(),
+            Some(s) => {
+                let mut t = s.timing();
+                let pairs = t.clocked_pairs();
+                t.close_bracket().map(|q| (q, pairs))
+            }
             None => g.state.close_bracket(cb.as_raw()),
         };
-        let Some(q) = closed else {
+        let Some((q, mut pairs)) = closed else {
             return;
         };
         if let Some(ts) = self.next.cmd_write_timestamp
@@ -155,7 +159,7 @@ impl DeviceData {
                 first + q % 2,
             );
         }
-        c.release(&self.next, cb);
+        c.copy_back(&self.next, cb, &mut pairs);
     }
 
     /// Ends `cb`'s current interval of dispatches (in its slot, or in the state for a command

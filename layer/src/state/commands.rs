@@ -405,9 +405,11 @@ impl DeviceState {
     }
 
     /// Ends `cmd`'s bracket of clocked dispatches ([`Timing::close_bracket`]), recorded under
-    /// the device's lock.
-    pub fn close_bracket(&mut self, cmd: u64) -> Option<u32> {
-        self.cmds.get_mut(&cmd)?.timing.close_bracket()
+    /// the device's lock: its end query and the clocked dispatches' pairs.
+    pub fn close_bracket(&mut self, cmd: u64) -> Option<(u32, Vec<u32>)> {
+        let t = &mut self.cmds.get_mut(&cmd)?.timing;
+        let pairs = t.clocked_pairs();
+        Some((t.close_bracket()?, pairs))
     }
 
     /// Ends `cmd`'s current interval ([`Timing::close`]): the query its dispatches end at (the

@@ -110,6 +110,16 @@ impl Timing {
         self.clocked(slot, UNRESOLVED)
     }
 
+    /// The pairs of the recording's clocked dispatches, whose records its end copies for the
+    /// host.
+    pub fn clocked_pairs(&self) -> Vec<u32> {
+        self.stamps
+            .iter()
+            .filter(|s| s.source == Source::Clock)
+            .map(|s| s.slot)
+            .collect()
+    }
+
     /// Ends the recording's bracket of clocked dispatches: the query the caller writes (bottom
     /// of pipe) at the recording's end, its [`Source::Bracket`] stamp added; `None` without
     /// clocked dispatches or once closed.
