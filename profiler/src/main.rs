@@ -113,6 +113,11 @@ enum Command {
         /// At `--timestamps dispatch`: how dispatches are timed.
         #[arg(long, value_enum, default_value_t = DispatchTiming::Clock)]
         dispatch_timing: DispatchTiming,
+        /// With shader clocks: leave the pipelines whose stable name (`entry@HASH`, as the trace
+        /// names unlabelled dispatches) contains PART uninstrumented, timed by interval
+        /// (repeatable, or comma-separated).
+        #[arg(long, value_name = "PART", value_delimiter = ',')]
+        clock_exclude: Vec<String>,
         /// How host waits become steps.
         #[arg(long, value_enum, default_value_t = profiler::capture::StepRule::Auto)]
         steps: profiler::capture::StepRule,
@@ -381,6 +386,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             out,
             timestamps,
             dispatch_timing,
+            clock_exclude,
             steps,
             layer,
             kinds,
@@ -394,6 +400,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                     DispatchTiming::Interval => "interval",
                 }
                 .into(),
+                clock_exclude,
                 steps,
                 layer,
                 op_kinds: kinds.rules()?,

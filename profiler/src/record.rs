@@ -4,8 +4,8 @@
 //! The layer is found at `--layer PATH`, else `$DECODESCOPE_LAYER`, else beside the running
 //! `profiler` executable (cargo builds both into `target/<profile>/`). Its manifest is written
 //! into a temporary folder named by `VK_ADD_LAYER_PATH`; `VK_INSTANCE_LAYERS` and
-//! `VK_LOADER_LAYERS_ENABLE` enable it; `DECODESCOPE_CAPTURE_DIR`, `DECODESCOPE_TIMESTAMPS` and
-//! `DECODESCOPE_DISPATCH_TIMING` pass the options to it.
+//! `VK_LOADER_LAYERS_ENABLE` enable it; `DECODESCOPE_CAPTURE_DIR`, `DECODESCOPE_TIMESTAMPS`,
+//! `DECODESCOPE_DISPATCH_TIMING` and `DECODESCOPE_CLOCK_EXCLUDE` pass the options to it.
 //!
 //! Ctrl-C reaches the program (it shares the terminal's process group) and `profiler record`
 //! outlives it: once the program has exited, the trace is written (atomically) and says that the
@@ -34,6 +34,8 @@ pub struct RecordOptions {
     pub timestamps: String,
     /// At `dispatch`: `clock` (shader clocks where the device has them) or `interval`.
     pub dispatch_timing: String,
+    /// Parts of pipeline names (`entry@HASH`) left uninstrumented, timed by interval.
+    pub clock_exclude: Vec<String>,
     pub steps: StepRule,
     /// `--layer`; else `$DECODESCOPE_LAYER`; else beside the executable.
     pub layer: Option<PathBuf>,
@@ -219,6 +221,7 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         .env("DECODESCOPE_CAPTURE_DIR", &dir)
         .env("DECODESCOPE_TIMESTAMPS", &opts.timestamps)
         .env("DECODESCOPE_DISPATCH_TIMING", &opts.dispatch_timing)
+        .env("DECODESCOPE_CLOCK_EXCLUDE", opts.clock_exclude.join(","))
         .spawn()
         .map_err(|err| RecordError::Spawn {
             program: program.clone(),

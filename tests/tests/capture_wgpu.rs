@@ -619,3 +619,45 @@ fn unlabeled_dispatches_get_stable_names_and_labels_are_the_programs() {
         );
     }
 }
+
+#[test]
+fn a_pipeline_left_uninstrumented_is_timed_by_interval_beside_clocked_ones() {
+    // `--clock-exclude scale@` keeps the prologue's `scale` pipeline as the program made it; the
+    // steps' `add` dispatches are still clocked. Every dispatch keeps a GPU span either way.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("exclude.json");
+    let o = record_cmd(
+        &["--timestamps", "dispatch", "--clock-exclude", "scale@"],
+        &out,
+        &["--steps", "4", "--dispatches", "3"],
+    )
+    .output()
+    .expect("run profiler record");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("excluded by DECODESCOPE_CLOCK_EXCLUDE (scale@)") && err.contains("scale@"),
+        "the layer says which pipeline it left alone:\n{err}"
+    );
+    assert!(!err.contains("add@"), "add is instrumented:\n{err}");
+    let t = read(&out);
+    let c = capture(&t);
+    assert_eq!(c.dispatch_timing, "shader-clock");
+    assert_eq!(c.untimed_dispatches, 0, "{:?}", c.notes);
+    let pre = prefill(&t);
+    assert_eq!(pre.counters.dispatches, 1);
+    assert_eq!(
+        pre.gpu_spans.len(),
+        1,
+        "the interval-timed prologue dispatch"
+    );
+    for s in decode_steps(&t) {
+        assert_eq!(s.counters.dispatches, 3);
+        assert_eq!(s.gpu_spans.len(), 3);
+        assert!(
+            s.gpu_spans
+                .iter()
+                .all(|g| g.shared() == 1 && g.dur_ns() > 0)
+        );
+    }
+}

@@ -345,6 +345,8 @@ pub(super) struct ShaderClock {
     refusals: Mutex<Vec<String>>,
     /// The device has `vulkanMemoryModelDeviceScope` enabled.
     device_scope: bool,
+    /// Parts of pipeline names whose pipelines are left as they are (`DECODESCOPE_CLOCK_EXCLUDE`).
+    exclude: Vec<String>,
 }
 
 /// The memory type for `bits` with the first of `want` the driver offers, else the first with
@@ -421,6 +423,7 @@ impl ShaderClock {
             pipelines: RwLock::default(),
             refusals: Mutex::default(),
             device_scope: plan.device_scope,
+            exclude: super::config().clock_exclude.clone(),
         })
     }
 
@@ -787,6 +790,12 @@ impl ShaderClock {
                 continue;
             };
             let name = names.get(k).map_or("a pipeline", String::as_str);
+            if let Some(part) = self.exclude.iter().find(|p| name.contains(p.as_str())) {
+                self.refuse(format!(
+                    "{name}: excluded by DECODESCOPE_CLOCK_EXCLUDE ({part})"
+                ));
+                continue;
+            }
             if info.stage.module == vk::ShaderModule::null() {
                 self.refuse(format!("{name}: its code is chained into the pipeline"));
                 continue;

@@ -97,6 +97,9 @@ struct Config {
     /// `$DECODESCOPE_DISPATCH_TIMING`: at the dispatch level, shader clocks where the device
     /// has them (`clock`, the default) or intervals between barriers (`interval`).
     shader_clock: bool,
+    /// `$DECODESCOPE_CLOCK_EXCLUDE`: comma-separated parts of pipeline names (`entry@HASH`)
+    /// whose pipelines are not instrumented, and timed by interval.
+    clock_exclude: Vec<String>,
 }
 
 fn config() -> &'static Config {
@@ -125,10 +128,18 @@ fn config() -> &'static Config {
                 true
             }
         };
+        let clock_exclude = std::env::var("DECODESCOPE_CLOCK_EXCLUDE")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect();
         Config {
             dir,
             level,
             shader_clock,
+            clock_exclude,
         }
     })
 }
