@@ -613,20 +613,33 @@ impl ShaderClock {
         if regions.is_empty() {
             return;
         }
-        let before = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
-        barrier(
-            cb,
-            vk::PipelineStageFlags::COMPUTE_SHADER,
-            vk::PipelineStageFlags::TRANSFER,
-            vk::DependencyFlags::empty(),
-            1,
-            before.as_ptr(),
-            0,
-            std::ptr::null(),
-            0,
-            std::ptr::null(),
+        // One memory barrier from `src` to `dst`.
+        let memory = |src: (vk::PipelineStageFlags, vk::AccessFlags),
+                      dst: (vk::PipelineStageFlags, vk::AccessFlags)| {
+            let b = [vk::MemoryBarrier::default()
+                .src_access_mask(src.1)
+                .dst_access_mask(dst.1)];
+            // SAFETY: `cb` is recording (its end is being intercepted) and `b` outlives the
+            // call.
+            unsafe {
+                barrier(
+                    cb,
+                    src.0,
+                    dst.0,
+                    vk::DependencyFlags::empty(),
+                    1,
+                    b.as_ptr(),
+                    0,
+                    std::ptr::null(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+        };
+        use vk::{AccessFlags as A, PipelineStageFlags as P};
+        memory(
+            (P::COMPUTE_SHADER, A::SHADER_WRITE),
+            (P::TRANSFER, A::TRANSFER_READ),
         );
         copy(
             cb,
@@ -635,21 +648,7 @@ impl ShaderClock {
             regions.len() as u32,
             regions.as_ptr(),
         );
-        let after = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(vk::AccessFlags::HOST_READ)];
-        barrier(
-            cb,
-            vk::PipelineStageFlags::TRANSFER,
-            vk::PipelineStageFlags::HOST,
-            vk::DependencyFlags::empty(),
-            1,
-            after.as_ptr(),
-            0,
-            std::ptr::null(),
-            0,
-            std::ptr::null(),
-        );
+        memory((P::TRANSFER, A::TRANSFER_WRITE), (P::HOST, A::HOST_READ));
     }
 
     /// The clocks pair `pair`'s dispatch wrote (its first workgroup's start and the latest

@@ -5,16 +5,16 @@
 //! ([`crate::spirv`]), and its command buffer is bracketed by two timestamps of the layer's
 //! ([`Source::Bracket`](super::Source::Bracket)). Vulkan leaves the clock's unit and origin to
 //! the implementation: NVIDIA's device clock is the timestamps' own nanosecond time line,
-//! lavapipe's is the CPU's cycle counter. [`ClockMap`] finds which.
+//! lavapipe's is 32 bits wide and runs unevenly between dispatches. [`ClockMap`] finds which.
 //!
-//! - **Same time line**: while every command buffer's clocks fall inside its bracket (within
-//!   [`SLACK_NS`]), they are used as they are.
+//! - **Same time line**: while every command buffer's clocks (64 bits wide) fall inside its
+//!   bracket (within [`SLACK_NS`]), they are used as they are.
 //! - **Another clock**: from the first bracket that shows otherwise, ticks are scaled by the
-//!   ratio of timestamp time to clock ticks between the first bracket and the latest one (once
-//!   they are [`BASELINE_NS`] apart; by the bracket itself before that, and never by more than
-//!   the bracket holds), and each command buffer's dispatches are centred in its bracket.
-//!   Durations then carry the scale's error (parts per million over a baseline of a second);
-//!   positions within a bracket carry at most half of its launch and drain time.
+//!   ratio of timestamp time to clock ticks between an anchor bracket and a later one (at least
+//!   [`BASELINE_NS`] apart, the anchor moving on after [`REANCHOR_NS`]; by the bracket itself
+//!   before that, and never by more than the bracket holds), and each command buffer's
+//!   dispatches are centred in its bracket. Durations then carry the scale's error; positions
+//!   within a bracket carry at most half of its launch and drain time.
 
 /// How far outside its bracket a clock may fall and still be taken as the same time line.
 pub const SLACK_NS: u64 = 2_000;
@@ -81,25 +81,19 @@ impl ClockMap {
         let absolute = |c: u64| origin.wrapping_add(c) & mask;
         let bracket = bracket.filter(|(t0, t1)| t1 >= t0);
         if !self.other {
-            match bracket {
-                Some((t0, t1))
-                    if self.wide
-                        && absolute(c0).saturating_add(SLACK_NS) >= t0
-                        && absolute(c1) <= t1.saturating_add(SLACK_NS) =>
-                {
-                    return rels
-                        .iter()
-                        .map(|r| r.map(|(s, e)| (absolute(s), absolute(e))))
-                        .collect();
-                }
-                Some(_) => self.other = true,
-                None if self.wide => {
-                    return rels
-                        .iter()
-                        .map(|r| r.map(|(s, e)| (absolute(s), absolute(e))))
-                        .collect();
-                }
-                None => return none(),
+            // Without a bracket a wide clock is still taken as the time line it has been.
+            let inside = bracket.is_none_or(|(t0, t1)| {
+                absolute(c0).saturating_add(SLACK_NS) >= t0
+                    && absolute(c1) <= t1.saturating_add(SLACK_NS)
+            });
+            if self.wide && inside {
+                return rels
+                    .iter()
+                    .map(|r| r.map(|(s, e)| (absolute(s), absolute(e))))
+                    .collect();
+            }
+            if bracket.is_some() {
+                self.other = true;
             }
         }
         let Some((t0, t1)) = bracket else {
