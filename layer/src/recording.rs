@@ -293,6 +293,16 @@ impl Table {
         self.find(key).map(Slot::take_timing)
     }
 
+    /// Runs `f` on command buffer `key`'s recording's timing, which `f` leaves empty for the
+    /// next recording ([`Timing::clear`], keeping the room its lists have), and forgets the
+    /// recording's labels. Called under the device's lock: the slot's mutex is taken after it.
+    pub fn end_timing(&self, key: u64, f: impl FnOnce(&mut Timing)) {
+        if let Some(s) = self.find(key) {
+            s.set_label_op(None);
+            f(&mut s.timing());
+        }
+    }
+
     /// Takes what command buffer `key`'s slot holds (`None` without a slot).
     pub fn drain(&self, key: u64) -> Option<Drained> {
         self.find(key).map(Slot::take)

@@ -26,14 +26,14 @@
 //! atomics and its first invocation a few instructions.
 
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use ash::vk::{self, Handle};
 
 use super::{InstanceData, Next, dev, slice};
 use crate::spirv::{self, RECORD_BYTES};
-use crate::state::{FastMap, MAX_POOLS, POOL_PAIRS};
+use crate::state::{FastMap, MAX_POOLS, POOL_PAIRS, RECHECK};
 
 /// Clock records a device has: one per timestamp pair the layer can hold.
 const RECORDS: u64 = MAX_POOLS as u64 * POOL_PAIRS as u64;
@@ -343,6 +343,12 @@ pub(super) struct ShaderClock {
     pipelines: RwLock<FastMap<u64, (u64, u32)>>,
     /// Why modules were left as they were, each said once.
     refusals: Mutex<Vec<String>>,
+    /// The clock is established on the timestamps' time line
+    /// ([`ClockMap::established`](crate::state::ClockMap::established)): recordings go
+    /// without a bracket, but for one in [`RECHECK`].
+    established: AtomicBool,
+    /// Recordings that asked for a bracket since the time line was established.
+    unbracketed: AtomicU32,
     /// The device has `vulkanMemoryModelDeviceScope` enabled.
     device_scope: bool,
     /// Parts of pipeline names whose pipelines are left as they are (`DECODESCOPE_CLOCK_EXCLUDE`).
@@ -422,6 +428,8 @@ impl ShaderClock {
             modules: Mutex::default(),
             pipelines: RwLock::default(),
             refusals: Mutex::default(),
+            established: AtomicBool::new(false),
+            unbracketed: AtomicU32::new(0),
             device_scope: plan.device_scope,
             exclude: super::config().clock_exclude.clone(),
         })
@@ -548,6 +556,22 @@ impl ShaderClock {
             .unwrap_or_else(|e| e.into_inner())
             .get(&pipeline)
             .copied()
+    }
+
+    /// Whether a recording whose first clocked dispatch is recorded now brackets its clocked
+    /// dispatches with two timestamps: until the clock's time line is established, and then
+    /// one recording in [`RECHECK`].
+    pub(super) fn wants_bracket(&self) -> bool {
+        !self.established.load(Ordering::Relaxed)
+            || self
+                .unbracketed
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(RECHECK)
+    }
+
+    /// Records whether the clock's time line is established, after reading a bracket.
+    pub(super) fn establish(&self, established: bool) {
+        self.established.store(established, Ordering::Relaxed);
     }
 
     /// Says once why a module was left as it was.

@@ -271,7 +271,7 @@ unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
                     .as_ref()
                     .and_then(|c| Some((c, c.pipeline(g.state.bound_pipeline(k)?)?)));
                 let fresh = match clocked {
-                    Some(_) => g.state.clocked_stamp(k, s.slot, op),
+                    Some((c, _)) => g.state.clocked_stamp(k, s.slot, op, || c.wants_bracket()),
                     None => g.state.dispatch_stamp(k, s.slot, op),
                 };
                 if fresh {

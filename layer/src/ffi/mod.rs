@@ -445,8 +445,8 @@ impl DeviceData {
         if self.level != Level::Dispatch {
             return;
         }
-        if let Some(timing) = self.recordings.as_ref().and_then(|t| t.take_timing(cmd)) {
-            g.state.absorb(cmd, timing);
+        if let Some(t) = &self.recordings {
+            t.end_timing(cmd, |timing| g.state.absorb(cmd, timing));
         }
     }
 

@@ -99,8 +99,8 @@ impl DeviceData {
             .as_ref()
             .and_then(|c| Some((c, c.pipeline(s.pipeline())?)));
         let fresh = match (clocked, s.label_op()) {
-            (Some(_), Some(op)) => t.clocked(pair, op),
-            (Some(_), None) => t.clocked_of_pipeline(pair, s.pipeline()),
+            (Some((c, _)), Some(op)) => t.clocked(pair, op, || c.wants_bracket()),
+            (Some((c, _)), None) => t.clocked_of_pipeline(pair, s.pipeline(), || c.wants_bracket()),
             (None, Some(op)) => t.dispatch(pair, op),
             (None, None) => t.dispatch_of_pipeline(pair, s.pipeline()),
         };
@@ -131,25 +131,28 @@ impl DeviceData {
         }
     }
 
-    /// Ends `cb`'s bracket of clocked dispatches at the end of its recording: a bottom-of-pipe
-    /// timestamp into the query [`Timing::close_bracket`](crate::state::Timing::close_bracket)
-    /// names. Then the clocked dispatches' records are copied for the host.
+    /// Ends `cb`'s bracket of clocked dispatches at the end of its recording, if it has one: a
+    /// bottom-of-pipe timestamp into the query
+    /// [`Timing::close_bracket`](crate::state::Timing::close_bracket) names. Then the clocked
+    /// dispatches' records are copied for the host.
     pub(super) unsafe fn close_bracket(&self, g: &mut Inner, cb: vk::CommandBuffer) {
         let Some(c) = &self.clock else {
             return;
         };
-        let closed = match self.slot(cb) {
+        let mut pairs = Vec::new();
+        let end = match self.slot(cb) {
             Some(s) => {
                 let mut t = s.timing();
-                let pairs = t.clocked_pairs();
-                t.close_bracket().map(|q| (q, pairs))
+                t.clocked_pairs(&mut pairs);
+                t.close_bracket()
             }
-            None => g.state.close_bracket(cb.as_raw()),
+            None => g.state.close_bracket(cb.as_raw(), &mut pairs),
         };
-        let Some((q, mut pairs)) = closed else {
+        if pairs.is_empty() {
             return;
-        };
-        if let Some(ts) = self.next.cmd_write_timestamp
+        }
+        if let Some(q) = end
+            && let Some(ts) = self.next.cmd_write_timestamp
             && let Some((pool, first)) = Self::query(g, q / 2)
         {
             ts(
@@ -321,6 +324,9 @@ impl DeviceData {
                         .map(|&i| c.take(job.stamps[i].slot))
                         .collect();
                     let spans = g.state.clock_map.map(bracket, &clocks);
+                    if bracket.is_some() {
+                        c.establish(g.state.clock_map.established());
+                    }
                     for (&i, span) in clocked.iter().zip(spans) {
                         results[i] = span;
                     }

@@ -8,7 +8,11 @@
 //! lavapipe's is 32 bits wide and runs unevenly between dispatches. [`ClockMap`] finds which.
 //!
 //! - **Same time line**: while every command buffer's clocks (64 bits wide) fall inside its
-//!   bracket (within [`SLACK_NS`]), they are used as they are.
+//!   bracket (within [`SLACK_NS`]), they are used as they are. Once [`CONFIRMATIONS`] brackets
+//!   have shown it ([`ClockMap::established`]), the layer brackets only one recording in
+//!   [`RECHECK`], and a command buffer without a bracket keeps its clocks as they are; a
+//!   bracket that shows otherwise ends that (the dispatches recorded without a bracket since
+//!   are then untimed, and counted).
 //! - **Another clock**: from the first bracket that shows otherwise, ticks are scaled by the
 //!   ratio of timestamp time to clock ticks between an anchor bracket and a later one (at least
 //!   [`BASELINE_NS`] apart, the anchor moving on after [`REANCHOR_NS`]; by the bracket itself
@@ -23,6 +27,11 @@ pub const BASELINE_NS: u64 = 1_000_000;
 /// The longest: the anchor moves on after this, so that a clock only 32 bits wide cannot wrap
 /// between the two (lavapipe's wraps every few seconds).
 pub const REANCHOR_NS: u64 = 500_000_000;
+/// Brackets that must show the clock on the timestamps' time line before recordings go
+/// without one.
+pub const CONFIRMATIONS: u32 = 64;
+/// Once the time line is established, one recording in this many is still bracketed.
+pub const RECHECK: u32 = 64;
 
 /// The mapping of one device's shader clocks onto its timestamps (nanoseconds).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -35,12 +44,20 @@ pub struct ClockMap {
     anchor: Option<(u64, u64)>,
     /// Nanoseconds per tick, and the baseline it came from.
     scale: Option<(f64, u64)>,
+    /// Brackets whose clocks fell inside them, on the same time line.
+    confirmed: u32,
 }
 
 impl ClockMap {
     /// True while the clock is taken as the timestamps' own time line.
     pub fn same_time_line(&self) -> bool {
         !self.other
+    }
+
+    /// True once [`CONFIRMATIONS`] brackets showed the clock on the timestamps' time line
+    /// (and none showed otherwise): a command buffer's clocks no longer need a bracket.
+    pub fn established(&self) -> bool {
+        !self.other && self.wide && self.confirmed >= CONFIRMATIONS
     }
 
     /// The spans (nanoseconds) of one command buffer's clocked dispatches, `clocks` being their
@@ -87,6 +104,9 @@ impl ClockMap {
                     && absolute(c1) <= t1.saturating_add(SLACK_NS)
             });
             if self.wide && inside {
+                if bracket.is_some() {
+                    self.confirmed = self.confirmed.saturating_add(1);
+                }
                 return rels
                     .iter()
                     .map(|r| r.map(|(s, e)| (absolute(s), absolute(e))))
@@ -208,6 +228,33 @@ mod tests {
             &[Some((tick(2_000_000), tick(2_060_000)))],
         );
         assert_eq!(later[0], Some((3_020_000, 3_080_000)));
+    }
+
+    #[test]
+    fn the_time_line_is_established_by_brackets_and_undone_by_one() {
+        let mut m = ClockMap::default();
+        let inside = |m: &mut ClockMap, k: u64| {
+            let t = T + k * 1_000_000;
+            m.map(Some((t, t + 100_000)), &[Some((t + 10_000, t + 90_000))])
+        };
+        for k in 0..CONFIRMATIONS as u64 {
+            assert!(!m.established(), "after {k} brackets");
+            inside(&mut m, k);
+        }
+        assert!(m.established());
+        let t = T + 500_000_000;
+        assert_eq!(
+            m.map(None, &[Some((t, t + 5_000))]),
+            vec![Some((t, t + 5_000))],
+            "without a bracket the clocks are taken as they are"
+        );
+        assert!(
+            m.established(),
+            "a recording without a bracket confirms nothing"
+        );
+        m.map(Some((t, t + 100_000)), &[Some((t + 300_000, t + 400_000))]);
+        assert!(!m.established(), "a bracket the clocks fall outside");
+        assert_eq!(m.map(None, &[Some((t, t + 5_000))]), vec![None]);
     }
 
     #[test]

@@ -201,8 +201,11 @@ impl DeviceState {
             return;
         };
         if self.level == Level::Dispatch {
-            let timing = std::mem::take(&mut c.timing);
-            self.absorb(cmd, timing);
+            let mut timing = std::mem::take(&mut c.timing);
+            self.absorb(cmd, &mut timing);
+            if let Some(c) = self.cmds.get_mut(&cmd) {
+                c.timing = timing;
+            }
         }
         let Some(c) = self.cmds.get_mut(&cmd) else {
             return;
@@ -398,18 +401,25 @@ impl DeviceState {
     /// The stamp of a clocked dispatch of op `op` recorded into `cmd` with pair `slot`, under
     /// the device's lock ([`Timing::clocked`]): true when the caller must write the bracket's
     /// start (query `2 slot`).
-    pub fn clocked_stamp(&mut self, cmd: u64, slot: u32, op: u32) -> bool {
+    pub fn clocked_stamp(
+        &mut self,
+        cmd: u64,
+        slot: u32,
+        op: u32,
+        bracket: impl FnOnce() -> bool,
+    ) -> bool {
         self.cmds
             .get_mut(&cmd)
-            .is_some_and(|c| c.timing.clocked(slot, op))
+            .is_some_and(|c| c.timing.clocked(slot, op, bracket))
     }
 
     /// Ends `cmd`'s bracket of clocked dispatches ([`Timing::close_bracket`]), recorded under
-    /// the device's lock: its end query and the clocked dispatches' pairs.
-    pub fn close_bracket(&mut self, cmd: u64) -> Option<(u32, Vec<u32>)> {
+    /// the device's lock: its end query, if it has one, and the clocked dispatches' pairs
+    /// added to `pairs`.
+    pub fn close_bracket(&mut self, cmd: u64, pairs: &mut Vec<u32>) -> Option<u32> {
         let t = &mut self.cmds.get_mut(&cmd)?.timing;
-        let pairs = t.clocked_pairs();
-        Some((t.close_bracket()?, pairs))
+        t.clocked_pairs(pairs);
+        t.close_bracket()
     }
 
     /// Ends `cmd`'s current interval ([`Timing::close`]): the query its dispatches end at (the
@@ -421,28 +431,33 @@ impl DeviceState {
 
     /// A recording's dispatch-level timing joins `cmd`'s state when the recording ends: its
     /// stamps (each op found now where the dispatch left it to its pipeline) are read after
-    /// its submission, and its blocks are freed with the recording.
-    pub fn absorb(&mut self, cmd: u64, mut t: Timing) {
+    /// its submission, and its blocks are freed with the recording. `t` is left empty
+    /// ([`Timing::clear`]) for the command buffer's next recording.
+    pub fn absorb(&mut self, cmd: u64, t: &mut Timing) {
         for &(i, pipeline) in &t.pipelines {
             let op = self.pipeline_op(pipeline);
             if let Some(s) = t.stamps.get_mut(i) {
                 s.op = op;
             }
         }
-        let Some(c) = self.cmds.get_mut(&cmd) else {
-            // An unknown command buffer: its pairs go back at once.
-            for b in t.blocks {
-                self.slots.put(b);
+        match self.cmds.get_mut(&cmd) {
+            Some(c) => {
+                c.timed_dispatches += t
+                    .stamps
+                    .iter()
+                    .filter(|s| s.source != Source::Bracket)
+                    .count() as u64;
+                c.stamps.append(&mut t.stamps);
+                c.blocks.append(&mut t.blocks);
             }
-            return;
-        };
-        c.timed_dispatches += t
-            .stamps
-            .iter()
-            .filter(|s| s.source != Source::Bracket)
-            .count() as u64;
-        c.stamps.append(&mut t.stamps);
-        c.blocks.append(&mut t.blocks);
+            // An unknown command buffer: its pairs go back at once.
+            None => {
+                for b in t.blocks.drain(..) {
+                    self.slots.put(b);
+                }
+            }
+        }
+        t.clear();
     }
 
     /// Frees the pairs of a recording's timing that never joined its state (the recording was

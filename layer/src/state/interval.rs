@@ -44,6 +44,9 @@ pub struct Timing {
     /// The bracket of the recording's clocked dispatches: the query of the first one's
     /// top-of-pipe start and the one the recording's end writes (the last one's end query).
     bracket: Option<(u32, u32)>,
+    /// Whether the recording brackets its clocked dispatches, decided at the first one
+    /// (`None` before it).
+    bracketing: Option<bool>,
 }
 
 impl Timing {
@@ -89,15 +92,19 @@ impl Timing {
     /// The stamp of a dispatch whose shader reads the clock itself (its pipeline was
     /// instrumented), with pair `slot` whose clock record it writes. True when the caller must
     /// write the recording's bracket start (top of pipe, query `2 slot`): the first clocked
-    /// dispatch of the recording. Like a transfer, it ends the interval machinery's claim on
-    /// the time since the last boundary, so an uninstrumented dispatch after it starts an
-    /// interval of its own.
-    pub fn clocked(&mut self, slot: u32, op: u32) -> bool {
+    /// dispatch of a recording that brackets them, which `bracket` (asked once, at that
+    /// dispatch) decides. Like a transfer, it ends the interval machinery's claim on the time
+    /// since the last boundary, so an uninstrumented dispatch after it starts an interval of
+    /// its own.
+    pub fn clocked(&mut self, slot: u32, op: u32, bracket: impl FnOnce() -> bool) -> bool {
         self.stamps.push(Stamp {
             source: Source::Clock,
             ..Stamp::pair(slot, op, 1)
         });
         self.transfer();
+        if !*self.bracketing.get_or_insert_with(bracket) {
+            return false;
+        }
         let fresh = self.bracket.is_none();
         let start = self.bracket.map_or(2 * slot, |(s, _)| s);
         self.bracket = Some((start, 2 * slot + 1));
@@ -105,19 +112,47 @@ impl Timing {
     }
 
     /// A clocked dispatch of op [`UNRESOLVED`] whose pipeline is `pipeline`.
-    pub fn clocked_of_pipeline(&mut self, slot: u32, pipeline: u64) -> bool {
+    pub fn clocked_of_pipeline(
+        &mut self,
+        slot: u32,
+        pipeline: u64,
+        bracket: impl FnOnce() -> bool,
+    ) -> bool {
         self.pipelines.push((self.stamps.len(), pipeline));
-        self.clocked(slot, UNRESOLVED)
+        self.clocked(slot, UNRESOLVED, bracket)
     }
 
-    /// The pairs of the recording's clocked dispatches, whose records its end copies for the
-    /// host.
-    pub fn clocked_pairs(&self) -> Vec<u32> {
-        self.stamps
-            .iter()
-            .filter(|s| s.source == Source::Clock)
-            .map(|s| s.slot)
-            .collect()
+    /// Adds the pairs of the recording's clocked dispatches, whose records its end copies for
+    /// the host, to `pairs`.
+    pub fn clocked_pairs(&self, pairs: &mut Vec<u32>) {
+        pairs.extend(
+            self.stamps
+                .iter()
+                .filter(|s| s.source == Source::Clock)
+                .map(|s| s.slot),
+        );
+    }
+
+    /// Empties the timing for the command buffer's next recording, keeping what its lists
+    /// hold room for.
+    pub fn clear(&mut self) {
+        let mut lists = (
+            std::mem::take(&mut self.stamps),
+            std::mem::take(&mut self.pipelines),
+            std::mem::take(&mut self.blocks),
+            std::mem::take(&mut self.open),
+        );
+        lists.0.clear();
+        lists.1.clear();
+        lists.2.clear();
+        lists.3.clear();
+        *self = Timing {
+            stamps: lists.0,
+            pipelines: lists.1,
+            blocks: lists.2,
+            open: lists.3,
+            ..Timing::default()
+        };
     }
 
     /// Ends the recording's bracket of clocked dispatches: the query the caller writes (bottom
@@ -233,7 +268,7 @@ mod tests {
         assert_eq!(t.close(), Some(129));
         let b = t.next_pair().expect("pair");
         assert!(
-            t.clocked(b, 1),
+            t.clocked(b, 1, || true),
             "the first clocked dispatch starts the bracket"
         );
         assert_eq!(t.close(), None, "a clocked dispatch writes no boundary");
@@ -246,7 +281,10 @@ mod tests {
         assert_eq!((s[1].source, s[1].slot, s[1].shared), (Source::Clock, b, 1));
         assert_eq!(s[2].start, 2 * c);
         let d = t.next_pair().expect("pair");
-        assert!(!t.clocked_of_pipeline(d, 0xbeef), "one bracket a recording");
+        assert!(
+            !t.clocked_of_pipeline(d, 0xbeef, || unreachable!("decided at the first")),
+            "one bracket a recording"
+        );
         assert_eq!(t.pipelines, vec![(3, 0xbeef)]);
         assert_eq!(t.close(), Some(2 * c + 1), "the open interval still closes");
         assert_eq!(
@@ -265,6 +303,33 @@ mod tests {
             (br.source, br.start, br.end, br.slot),
             (Source::Bracket, 2 * b, 2 * d + 1, b)
         );
+    }
+
+    #[test]
+    fn a_recording_without_a_bracket_still_lists_its_clocked_pairs() {
+        let mut t = timing();
+        assert!(!t.clocked(64, 1, || false), "no bracket: no start to write");
+        let b = t.next_pair().expect("pair");
+        assert!(!t.clocked(b, 2, || unreachable!("decided at the first")));
+        assert_eq!(t.close_bracket(), None);
+        let mut pairs = vec![7];
+        t.clocked_pairs(&mut pairs);
+        assert_eq!(pairs, vec![7, 64, b]);
+        assert!(t.stamps.iter().all(|s| s.source == Source::Clock));
+    }
+
+    #[test]
+    fn a_cleared_timing_is_empty_and_keeps_its_room() {
+        let mut t = timing();
+        t.clocked(64, 1, || true);
+        let room = t.stamps.capacity();
+        t.clear();
+        assert_eq!(t.stamps.capacity(), room);
+        t.stamps.shrink_to(0);
+        t.blocks.shrink_to(0);
+        t.pipelines.shrink_to(0);
+        t.open.shrink_to(0);
+        assert_eq!(t, Timing::default());
     }
 
     #[test]

@@ -72,7 +72,7 @@ mod slots;
 #[cfg(test)]
 mod tests;
 
-pub use clock::ClockMap;
+pub use clock::{ClockMap, RECHECK};
 pub use commands::{Cmd, CmdState};
 pub use hash::{FastMap, KeyHasher, hash_bytes, mix};
 pub use interval::{Timing, UNRESOLVED};

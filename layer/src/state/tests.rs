@@ -135,7 +135,7 @@ fn a_lock_free_recording_finds_its_ops_when_it_joins_the_state() {
         t.dispatch_of_pipeline(pair, pipeline);
         t.close();
     }
-    s.absorb(7, t);
+    s.absorb(7, &mut t);
     s.end_cmd(7, 1);
     let ops: Vec<u32> = s.cmds[&7].stamps.iter().map(|t| t.op).collect();
     assert_eq!(ops[0], labelled);
