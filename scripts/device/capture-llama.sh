@@ -30,7 +30,9 @@
 # 5. OUT_DIR/capture-llama.md and .json: submits, barriers, descriptor writes and dispatches per
 #    decode token (median over decode steps, the first 2 skipped) of llama.cpp and both presets,
 #    the decode steps the layer found, llama-server's tokens/s at each level against none, and at
-#    each level how many decode steps have a GPU span for every dispatch the step counts.
+#    each level how many decode steps have a GPU span for every dispatch the step counts and the
+#    host time per token llama-server spent recording, submitting and waiting (the last round's
+#    trace: the layer's own work at each level shows in the first two).
 # Traces and logs stay in $WORK (default /tmp/capture-llama), out of OUT_DIR.
 #
 # On lavapipe (a check of the script, not a measurement): GGML_VK_VISIBLE_DEVICES=0 MODEL=tiny
@@ -239,6 +241,10 @@ def summary(path, skip=2):
         "descriptor_writes": med(c("descriptor_writes")),
         "dispatches": med(c("dispatches")),
         "wall_us": med(lambda r: r["wall_ns"] / 1e3),
+        # The program's host time in its recordings, submits and waits, as the layer saw it.
+        "record_us": med(lambda r: sum(s[2] for s in r.get("host_spans", []) if s[0] == "record") / 1e3),
+        "submit_us": med(lambda r: sum(s[2] for s in r.get("host_spans", []) if s[0] == "submit") / 1e3),
+        "wait_us": med(lambda r: sum(s[2] for s in r.get("host_spans", []) if s[0] == "wait") / 1e3),
         "step_rule": cap.get("step_rule_detail", ""),
         "device": t["meta"]["device"]["name"],
     }
@@ -276,8 +282,8 @@ for name, r in rows.items():
               f"{r['descriptor_writes']:g} | {r['dispatches']:g} | {r['wall_us']:.0f} |")
 md += ["", f"llama-server tokens/s (its own timings; the median of {repeats} interleaved runs after an "
        "untimed warm-up) at each layer timestamp level:", "",
-       "| layer | tokens/s | min - max | vs no layer | decode steps found | steps with every dispatch timed | GPU spans per step | untimed dispatches |",
-       "|---|---|---|---|---|---|---|---|"]
+       "| layer | tokens/s | min - max | vs no layer | decode steps found | steps with every dispatch timed | GPU spans per step | untimed dispatches | record / submit / wait us per token |",
+       "|---|---|---|---|---|---|---|---|---|"]
 base = speed.get("none")
 for l, v in speed.items():
     rel = f"{(v / base - 1) * 100:+.1f}%" if base else "-"
@@ -286,7 +292,8 @@ for l, v in speed.items():
     timed = "-" if not s or s["timed_steps"] is None else f"{s['timed_steps']} of {s['decode_steps']}"
     spans = "-" if not s else f"{s['spans_per_step']:g}"
     untimed = "-" if not s else str(s["untimed_dispatches"])
-    md.append(f"| {l} | {v:.2f} | {lo:.2f} - {hi:.2f} | {rel} | {steps.get(l, '-')} | {timed} | {spans} | {untimed} |")
+    host = "-" if not s else f"{s['record_us']:.0f} / {s['submit_us']:.0f} / {s['wait_us']:.0f}"
+    md.append(f"| {l} | {v:.2f} | {lo:.2f} - {hi:.2f} | {rel} | {steps.get(l, '-')} | {timed} | {spans} | {untimed} | {host} |")
 if from_log:
     md += ["", f"Tokens/s at {', '.join(from_log)} read from llama-server's log (it answered HTTP 500 "
            "after generating: the random text ended inside a UTF-8 character)."]
