@@ -235,6 +235,13 @@ impl Table {
         mix(0, key) as usize & (SLOTS - 1)
     }
 
+    /// The slot where command buffer `key`'s probe starts (its own, unless the table had a
+    /// collision there): what to prefetch before `key` is looked up.
+    #[inline]
+    pub fn home_slot(&self, key: u64) -> &Slot {
+        &self.slots[Self::home(key)]
+    }
+
     /// The slot of command buffer `key`, if it has one.
     #[inline]
     pub fn find(&self, key: u64) -> Option<&Slot> {

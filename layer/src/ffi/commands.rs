@@ -155,6 +155,7 @@ pub(super) unsafe extern "system" fn begin_command_buffer(
         return vk::Result::ERROR_INITIALIZATION_FAILED;
     };
     let t0 = now_ns();
+    d.prefetch_slot(cb);
     let r = f(cb, info);
     if r == vk::Result::SUCCESS {
         let k = cb.as_raw();

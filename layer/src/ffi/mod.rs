@@ -406,6 +406,25 @@ impl DeviceData {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Starts loading `cb`'s slot into the cache, without waiting for it: a program records a
+    /// command buffer after waiting for the GPU, which leaves the slot out of the cache, and
+    /// a prefetch issued before the driver's call overlaps that miss with the call.
+    #[inline]
+    fn prefetch_slot(&self, cb: vk::CommandBuffer) {
+        let Some(t) = &self.recordings else { return };
+        let slot = t.home_slot(cb.as_raw()) as *const Slot as *const i8;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint that never faults; both addresses are inside the slot
+        // (64-byte aligned, more than two cache lines long).
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(slot);
+            _mm_prefetch::<_MM_HINT_T0>(slot.wrapping_add(64));
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = slot;
+    }
+
     /// `cb`'s slot in the lock-free table, if it has one.
     #[inline]
     fn slot(&self, cb: vk::CommandBuffer) -> Option<&Slot> {
