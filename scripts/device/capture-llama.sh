@@ -18,7 +18,9 @@
 #    `profiler record` at each of $LEVELS (default: off submit command-buffer dispatch), after one
 #    untimed warm-up run, in $REPEATS (default 5) interleaved rounds. $LEVELS may also name
 #    `perf-logger`: llama-server without the layer, with GGML_VK_PERF_LOGGER=1 (llama.cpp's own
-#    per-op GPU timer), for what timing every op costs it, and `LEVEL@NAME` the layer at
+#    per-op GPU timer), for what timing every op costs it; `perf-logger+LEVEL`: the same under
+#    the layer at LEVEL, so that llama.cpp's own timer says what the layer costs its kernels on
+#    the GPU (the summary compares the two); and `LEVEL@NAME` the layer at
 #    $LAYER_NAME at that level (two builds of the layer in one sweep: LEVELS="dispatch
 #    dispatch@old" LAYER_OLD=path), and `dispatch-interval` the dispatch level timed by
 #    intervals between barriers instead of shader clocks (`--dispatch-timing interval`). $PIN
@@ -93,12 +95,17 @@ serve() {
     # llama.cpp's own per-op GPU timer, no layer: what timing every op costs it.
     GGML_VK_PERF_LOGGER=1 "${pin[@]}" "${server[@]}" >"$log" 2>&1 &
   else
+    local lay=$layer lv=$level vars=()
+    # perf-logger+LEVEL: the layer at LEVEL with llama.cpp's per-op timer on.
+    if [[ $lv == perf-logger+* ]]; then
+      lv=${lv#perf-logger+}
+      vars=(GGML_VK_PERF_LOGGER=1)
+    fi
     # LEVEL@NAME: the layer at $LAYER_NAME (A/B of two builds of the layer in one sweep).
-    local lay=$layer lv=$level
-    if [[ $level == *@* ]]; then
-      lv=${level%@*}
+    if [[ $lv == *@* ]]; then
       local var
-      var=LAYER_$(tr 'a-z-' 'A-Z_' <<<"${level#*@}")
+      var=LAYER_$(tr 'a-z-' 'A-Z_' <<<"${lv#*@}")
+      lv=${lv%@*}
       lay=${!var:-}
       [[ -f $lay ]] || { echo "capture-llama: $level needs \$$var (a layer library)" >&2; exit 2; }
     fi
@@ -108,8 +115,8 @@ serve() {
     if [[ $lv == dispatch-interval ]]; then
       lv=dispatch how=interval
     fi
-    "${pin[@]}" "$profiler" record --layer "$lay" --timestamps "$lv" --dispatch-timing "$how" \
-      --out "$trace" -- "${server[@]}" >"$log" 2>&1 &
+    env "${vars[@]}" "${pin[@]}" "$profiler" record --layer "$lay" --timestamps "$lv" \
+      --dispatch-timing "$how" --out "$trace" -- "${server[@]}" >"$log" 2>&1 &
   fi
   pid=$!
   if ! python3 - "$port" "$context" "$n_predict" "$work/llama-$tag.timings.json" "$pid" "$log" <<'PY'
@@ -210,7 +217,7 @@ gzip -c "$work/fused-dispatch.json" >"$out/fused-dispatch.json.gz"
 fi
 
 python3 - "$work" "$out" "$levels" "$model" "$context" "$n_predict" "$repeats" <<'PY'
-import json, os, statistics, sys
+import json, os, re, statistics, sys
 work, out, levels, model, context, n_predict, repeats = sys.argv[1:8]
 levels = levels.split()
 
@@ -297,12 +304,38 @@ for l, v in speed.items():
 if from_log:
     md += ["", f"Tokens/s at {', '.join(from_log)} read from llama-server's log (it answered HTTP 500 "
            "after generating: the random text ended inside a UTF-8 character)."]
+
+# llama.cpp's own per-op timer: "Total time: X us." ends each graph's report; a run's decode
+# graphs are its last n_predict - 1 (the first 2 of them skipped).
+def perf_total(log):
+    totals = [float(m.group(1)) for m in
+              re.finditer(r"^Total time: ([0-9.e+]+) us", open(log, errors="replace").read(), re.M)]
+    dec = totals[-(int(n_predict) - 1):][2:]
+    return statistics.median(dec) if dec else None
+
+perf = {}
+for l in [l for l in levels if l == "perf-logger" or l.startswith("perf-logger+")]:
+    runs = [perf_total(p) for k in range(1, int(repeats) + 1)
+            if os.path.exists(p := f"{work}/llama-{l}-{k}.log")]
+    runs = [r for r in runs if r is not None]
+    if runs:
+        perf[l] = statistics.median(runs)
+if perf:
+    md += ["", "llama.cpp's own GPU timer (GGML_VK_PERF_LOGGER=1): the sum of its per-op times per decode "
+           "token (median over the decode graphs, the first 2 skipped; median over rounds), without "
+           "the layer and under it:", "",
+           "| configuration | GPU us per token | vs without the layer |", "|---|---|---|"]
+    ref = perf.get("perf-logger")
+    for l, v in perf.items():
+        rel = f"{(v / ref - 1) * 100:+.1f}%" if ref else "-"
+        md.append(f"| {l} | {v:.0f} | {rel} |")
 if first:
     md += ["", f"Step rule ({first}): {rows['llama.cpp']['step_rule']}"]
 open(f"{out}/capture-llama.md", "w").write("\n".join(md) + "\n")
 json.dump({"model": model, "context": int(context), "n_predict": int(n_predict),
            "repeats": int(repeats), "per_token": rows, "llama_tokens_per_s": speed,
            "llama_tokens_per_s_range": spread, "llama_decode_steps": steps,
+           "llama_perf_logger_gpu_us_per_token": perf,
            "llama_levels": sums},
           open(f"{out}/capture-llama.json", "w"), indent=1)
 print("\n".join(md))
