@@ -136,21 +136,22 @@ impl Timing {
     /// Empties the timing for the command buffer's next recording, keeping what its lists
     /// hold room for.
     pub fn clear(&mut self) {
-        let mut lists = (
-            std::mem::take(&mut self.stamps),
-            std::mem::take(&mut self.pipelines),
-            std::mem::take(&mut self.blocks),
-            std::mem::take(&mut self.open),
-        );
-        lists.0.clear();
-        lists.1.clear();
-        lists.2.clear();
-        lists.3.clear();
+        let Timing {
+            mut stamps,
+            mut pipelines,
+            mut blocks,
+            mut open,
+            ..
+        } = std::mem::take(self);
+        stamps.clear();
+        pipelines.clear();
+        blocks.clear();
+        open.clear();
         *self = Timing {
-            stamps: lists.0,
-            pipelines: lists.1,
-            blocks: lists.2,
-            open: lists.3,
+            stamps,
+            pipelines,
+            blocks,
+            open,
             ..Timing::default()
         };
     }
