@@ -61,6 +61,12 @@ impl Level {
             Level::Dispatch => "dispatch",
         }
     }
+    /// Whether the program's own command buffers get stamps at this level, and so can leave
+    /// results unread after a submission. Below it the layer times only its own command
+    /// buffers (`submit`) or nothing (`off`).
+    pub fn stamps_command_buffers(self) -> bool {
+        matches!(self, Level::CommandBuffer | Level::Dispatch)
+    }
 }
 
 mod clock;

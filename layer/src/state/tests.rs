@@ -187,6 +187,41 @@ fn a_fence_wait_reads_every_stamp_of_its_submission_and_blocks_hold_32() {
 }
 
 #[test]
+fn only_levels_that_stamp_command_buffers_leave_them_unread() {
+    // The layer skips looking for unread results below the command-buffer level.
+    for level in [
+        Level::Off,
+        Level::Submit,
+        Level::CommandBuffer,
+        Level::Dispatch,
+    ] {
+        let mut s = state(level);
+        s.allocate_cmd(7, 1, false);
+        s.begin_cmd(7, 0);
+        if level == Level::CommandBuffer {
+            let slot = s.slots.take().expect("a pair");
+            s.add_stamp(7, Stamp::pair(slot, 0, 0));
+        }
+        s.bind_pipeline(7, 100);
+        s.record(7, Cmd::Dispatch);
+        if level == Level::Dispatch {
+            let slot = s.dispatch_slot(7).expect("a slot");
+            s.dispatch_stamp(7, slot.slot, 0);
+        }
+        s.record(7, Cmd::Barrier(1));
+        s.close_interval(7);
+        s.end_cmd(7, 1);
+        s.submit(9, &[vec![7]], Some(3), &[], None);
+        assert_eq!(
+            s.unread_of(7).is_some(),
+            level.stamps_command_buffers(),
+            "{}",
+            level.name()
+        );
+    }
+}
+
+#[test]
 fn a_command_buffer_recorded_again_gives_up_its_unread_stamps_first() {
     // The program learnt of the completion in a way the layer did not see (a poll, a
     // binary semaphore): the stamps are read when the command buffer is reused.
