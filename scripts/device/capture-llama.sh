@@ -19,8 +19,8 @@
 #    untimed warm-up run, in $REPEATS (default 5) interleaved rounds. $LEVELS may also name
 #    `perf-logger`: llama-server without the layer, with GGML_VK_PERF_LOGGER=1 (llama.cpp's own
 #    per-op GPU timer), for what timing every op costs it; `perf-logger+LEVEL`: the same under
-#    the layer at LEVEL, so that llama.cpp's own timer says what the layer costs its kernels on
-#    the GPU (the summary compares the two); and `LEVEL@NAME` the layer at
+#    the layer at LEVEL (the summary compares the two timers' sums; the timer also counts the
+#    host's pace, so host time the layer adds shows there too); and `LEVEL@NAME` the layer at
 #    $LAYER_NAME at that level (two builds of the layer in one sweep: LEVELS="dispatch
 #    dispatch@old" LAYER_OLD=path), and `dispatch-interval` the dispatch level timed by
 #    intervals between barriers instead of shader clocks (`--dispatch-timing interval`). $PIN
@@ -323,7 +323,10 @@ for l in [l for l in levels if l == "perf-logger" or l.startswith("perf-logger+"
 if perf:
     md += ["", "llama.cpp's own GPU timer (GGML_VK_PERF_LOGGER=1): the sum of its per-op times per decode "
            "token (median over the decode graphs, the first 2 skipped; median over rounds), without "
-           "the layer and under it:", "",
+           "the layer and under it. The timer's per-op times also count how fast the host records and "
+           "submits (llama.cpp submits a graph in several command buffers), so host time the layer adds "
+           "shows here as GPU time: the difference is an upper bound on what the layer costs the GPU "
+           "(traces/bench/2026-11-29-dispatch-cost-host-pacing):", "",
            "| configuration | GPU us per token | vs without the layer |", "|---|---|---|"]
     ref = perf.get("perf-logger")
     for l, v in perf.items():
