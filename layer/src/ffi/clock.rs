@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use ash::vk::{self, Handle};
 
 use super::{InstanceData, Next, dev, slice};
-use crate::spirv::{self, END_LANES, RECORD_BYTES, lane_offset};
+use crate::spirv::{self, RECORD_BYTES};
 use crate::state::{FastMap, MAX_POOLS, POOL_PAIRS, RECHECK};
 
 /// Clock records a device has: one per timestamp pair the layer can hold.
@@ -329,8 +329,7 @@ pub(super) struct ShaderClock {
     records: Buffer,
     /// Where each command buffer's end copies its records, in host memory.
     readback: Buffer,
-    /// The readback's mapping (host-coherent, laid out as the records: `spirv::buffer_bytes`),
-    /// as an address.
+    /// The readback's mapping (host-coherent, `RECORDS` x `RECORD_BYTES`), as an address.
     readback_host: usize,
     /// The tag each record's current dispatch writes (0: none), and the next tag.
     tags: Box<[AtomicU32]>,
@@ -388,7 +387,7 @@ impl ShaderClock {
     ) -> Result<ShaderClock, String> {
         use vk::BufferUsageFlags as U;
         use vk::MemoryPropertyFlags as M;
-        let size = spirv::buffer_bytes(RECORDS);
+        let size = RECORDS * RECORD_BYTES;
         let (records, _) = Self::buffer(
             next,
             device,
@@ -600,8 +599,7 @@ impl ShaderClock {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed).max(1);
         slot.store(tag, Ordering::Relaxed);
         let address = self.records.address + pair as u64 * RECORD_BYTES;
-        let lanes = spirv::lanes_word(RECORDS, pair as u64);
-        let push: [u32; 4] = [address as u32, (address >> 32) as u32, tag, lanes];
+        let push: [u32; 4] = [address as u32, (address >> 32) as u32, tag, 0];
         if let Some(f) = next.cmd_push_constants {
             f(
                 cb,
@@ -615,47 +613,29 @@ impl ShaderClock {
     }
 
     /// At the end of a recording whose clocked dispatches have pairs `pairs`: copies their
-    /// records and ends to the host copy once every dispatch before is done, visible to the
-    /// host.
+    /// records to the host copy once every dispatch before is done, visible to the host.
     pub(super) unsafe fn copy_back(&self, next: &Next, cb: vk::CommandBuffer, pairs: &mut [u32]) {
         let (Some(barrier), Some(copy)) = (next.cmd_pipeline_barrier, next.cmd_copy_buffer) else {
             return;
         };
         pairs.sort_unstable();
-        // Runs of consecutive pairs: (first, count).
-        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut regions: Vec<vk::BufferCopy> = Vec::new();
         for &p in pairs.iter() {
-            let p = p as u64;
-            if p >= RECORDS {
+            if p as u64 >= RECORDS {
                 continue;
             }
-            match runs.last_mut() {
-                Some((first, n)) if *first + *n == p => *n += 1,
-                _ => runs.push((p, 1)),
+            let at = p as u64 * RECORD_BYTES;
+            match regions.last_mut() {
+                Some(r) if r.src_offset + r.size == at => r.size += RECORD_BYTES,
+                _ => regions.push(vk::BufferCopy {
+                    src_offset: at,
+                    dst_offset: at,
+                    size: RECORD_BYTES,
+                }),
             }
         }
-        if runs.is_empty() {
+        if regions.is_empty() {
             return;
-        }
-        // Each run's records, then its ends in each lane (the same offsets in both buffers).
-        let region = |at: u64, size: u64| vk::BufferCopy {
-            src_offset: at,
-            dst_offset: at,
-            size,
-        };
-        let mut regions: Vec<vk::BufferCopy> =
-            Vec::with_capacity(runs.len() * (1 + END_LANES as usize));
-        for &(first, n) in &runs {
-            regions.push(region(first * RECORD_BYTES, n * RECORD_BYTES));
-            // A lane's ends are consecutive within a chunk of records.
-            let mut at = first;
-            while at < first + n {
-                let to = (first + n).min((at / spirv::CHUNK + 1) * spirv::CHUNK);
-                for lane in 0..END_LANES {
-                    regions.push(region(lane_offset(RECORDS, at, lane), (to - at) * 8));
-                }
-                at = to;
-            }
         }
         // One memory barrier from `src` to `dst`.
         let memory = |src: (vk::PipelineStageFlags, vk::AccessFlags),
@@ -696,30 +676,16 @@ impl ShaderClock {
     }
 
     /// The clocks pair `pair`'s dispatch wrote (its first workgroup's start and the latest
-    /// end of all lanes, in ticks), once its submission is complete; `None` when the record in
-    /// the host copy is not that dispatch's (its tag differs: the dispatch never ran, or an
-    /// earlier one's).
+    /// end, in ticks), once its submission is complete; `None` when the record in the host copy
+    /// is not that dispatch's (its tag differs: the dispatch never ran, or an earlier one's).
     pub(super) unsafe fn take(&self, pair: u32) -> Option<(u64, u64)> {
         let tag = self.tags.get(pair as usize)?.load(Ordering::Relaxed);
-        let host = self.readback_host as *const u8;
-        let p = pair as u64;
-        // SAFETY: the host copy is mapped for the device's life, laid out as the records
-        // (`spirv::buffer_bytes(RECORDS)` bytes), and `pair` is below RECORDS (it has a tag), so
-        // its record and its ends are inside it; the submission that copied them is complete.
-        let (start, written, end) = unsafe {
-            let r = host.add((p * RECORD_BYTES) as usize);
-            let end = (0..END_LANES)
-                .map(|l| {
-                    (host.add(lane_offset(RECORDS, p, l) as usize) as *const u64).read_volatile()
-                })
-                .max()
-                .unwrap_or(0);
-            (
-                (r as *const u64).read_volatile(),
-                (r.add(8) as *const u32).read_volatile(),
-                end,
-            )
-        };
+        // SAFETY: the host copy is mapped for the device's life and entry `pair` is inside it;
+        // the submission that copied it is complete.
+        let r = (self.readback_host as *const u8).add((pair as u64 * RECORD_BYTES) as usize);
+        let start = (r as *const u64).read_volatile();
+        let end = (r.add(8) as *const u64).read_volatile();
+        let written = (r.add(16) as *const u32).read_volatile();
         (tag != 0 && written == tag && end != 0).then_some((start, end))
     }
 }
@@ -871,7 +837,7 @@ impl ShaderClock {
                 ));
                 continue;
             }
-            let words = match spirv::instrument(&code, self.push_offset, RECORDS as u32) {
+            let words = match spirv::instrument(&code, self.push_offset) {
                 Ok(w) => w,
                 Err(e) => {
                     self.refuse(format!("{name}: {}", e.reason()));

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use super::END_LANES;
 use super::analysis::{Analysis, Existing};
 use super::words::{Inst, Module, Writer, cap, deco, en, op, storage, string_words};
 
@@ -52,32 +51,28 @@ struct Globals {
     pc_p_rec: u32,
     pc_uint: u32,
     /// The push-constant variable, its struct, and the index of the record's member in the
-    /// struct (the tag's and the lanes word's are the next two).
+    /// struct (the tag's is the next).
     push_var: u32,
     push_struct: u32,
     rec_member: u32,
     local_index: u32,
     group_id: u32,
-    /// `OpConstant %uint` ids: 0, 1, the Device scope, the memory semantics Relaxed, the
-    /// record's, tag's and lanes word's member indices in the push-constant struct, the lane
-    /// mask, and each lane's offset from lane 0 (`lane * stride`).
+    /// `OpConstant %uint` ids: 0, 1, 2, the Device scope, the memory semantics Relaxed, and the
+    /// record's and tag's member indices in the push-constant struct.
     zero: u32,
     one: u32,
+    two: u32,
     device: u32,
     relaxed: u32,
     rec_index: u32,
     tag_index: u32,
-    lanes_index: u32,
-    lane_mask: u32,
-    lane_offsets: [u32; END_LANES as usize],
     /// Every `OpConstant %uint` to declare, by value (the fields above share ids by value).
     uints: BTreeMap<u32, u32>,
     ulong_zero: u32,
 }
 
-/// Writes `m` instrumented, its record pointer at `push_offset` in the push constants and its
-/// ends `stride` bytes apart.
-pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32, stride: u32) -> Vec<u32> {
+/// Writes `m` instrumented, its record pointer at `push_offset` in the push constants.
+pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32) -> Vec<u32> {
     let mut ids = Ids { next: m.bound() };
     let uint = ids.reuse(a.uint);
     let ulong = ids.reuse(a.ulong);
@@ -98,29 +93,16 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32, stride: u32) 
     );
     let rec_member = a.push.map_or(0, |p| p.members);
     let mut uints = BTreeMap::new();
-    let mut constant = |value: u32| *uints.entry(value).or_insert_with(|| ids.fresh());
-    let [
-        zero,
-        one,
-        device,
-        relaxed,
-        rec_index,
-        tag_index,
-        lanes_index,
-        lane_mask,
-    ] = [
+    let [zero, one, two, device, relaxed, rec_index, tag_index] = [
         0,
         1,
+        2,
         en::SCOPE_DEVICE,
         en::RELAXED,
         rec_member,
         rec_member + 1,
-        rec_member + 2,
-        END_LANES - 1,
     ]
-    .map(&mut constant);
-    // `instrument` checked that the buffer, and so every lane's offset, is below 4 GiB.
-    let lane_offsets = std::array::from_fn(|l| constant(l as u32 * stride));
+    .map(|value| *uints.entry(value).or_insert_with(|| ids.fresh()));
     let g = Globals {
         uint,
         ulong,
@@ -139,13 +121,11 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32, stride: u32) 
         group_id,
         zero,
         one,
+        two,
         device,
         relaxed,
         rec_index,
         tag_index,
-        lanes_index,
-        lane_mask,
-        lane_offsets,
         uints,
         ulong_zero: ids.fresh(),
     };
@@ -197,7 +177,7 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32, stride: u32) 
             continue;
         }
         if a.push.is_some_and(|p| p.strukt.index == i) {
-            w.inst2(op::TYPE_STRUCT, inst.from(0), &[g.p_rec, g.uint, g.uint]);
+            w.inst2(op::TYPE_STRUCT, inst.from(0), &[g.p_rec, g.uint]);
         } else {
             w.copy(inst);
         }
@@ -241,14 +221,14 @@ fn names(w: &mut Writer, g: &Globals, a: &Analysis) {
     };
     name(w, g.rec, "DecodescopeRecord");
     member(w, g.rec, 0, "start");
-    member(w, g.rec, 1, "tag");
+    member(w, g.rec, 1, "end");
+    member(w, g.rec, 2, "tag");
     if a.push.is_none() {
         name(w, g.push_struct, "DecodescopePush");
         name(w, g.push_var, "decodescope_push");
     }
     member(w, g.push_struct, g.rec_member, "decodescope_record");
     member(w, g.push_struct, g.rec_member + 1, "decodescope_tag");
-    member(w, g.push_struct, g.rec_member + 2, "decodescope_lanes");
     if a.local_index.is_none() {
         name(w, g.local_index, "gl_LocalInvocationIndex");
     }
@@ -264,12 +244,12 @@ fn annotations(w: &mut Writer, g: &Globals, a: &Analysis, push_offset: u32) {
     w.inst(op::DECORATE, &[g.rec, deco::BLOCK]);
     offset(w, g.rec, 0, 0);
     offset(w, g.rec, 1, 8);
+    offset(w, g.rec, 2, 16);
     if a.push.is_none() {
         w.inst(op::DECORATE, &[g.push_struct, deco::BLOCK]);
     }
     offset(w, g.push_struct, g.rec_member, push_offset);
     offset(w, g.push_struct, g.rec_member + 1, push_offset + 8);
-    offset(w, g.push_struct, g.rec_member + 2, push_offset + 12);
     if a.local_index.is_none() {
         w.inst(
             op::DECORATE,
@@ -308,7 +288,7 @@ fn declare(
     moved_or_new(a.boolean, op::TYPE_BOOL, &[g.boolean]);
     moved_or_new(a.uvec3, op::TYPE_VECTOR, &[g.uvec3, g.uint, 3]);
 
-    w.inst(op::TYPE_STRUCT, &[g.rec, g.ulong, g.uint]);
+    w.inst(op::TYPE_STRUCT, &[g.rec, g.ulong, g.ulong, g.uint]);
     let psb = storage::PHYSICAL_STORAGE_BUFFER;
     w.inst(op::TYPE_POINTER, &[g.p_rec, psb, g.rec]);
     w.inst(op::TYPE_POINTER, &[g.p_ulong, psb, g.ulong]);
@@ -317,7 +297,7 @@ fn declare(
     w.inst(op::TYPE_POINTER, &[g.pc_p_rec, pc, g.p_rec]);
     w.inst(op::TYPE_POINTER, &[g.pc_uint, pc, g.uint]);
     if let Some(pointer) = new_push {
-        w.inst(op::TYPE_STRUCT, &[g.push_struct, g.p_rec, g.uint, g.uint]);
+        w.inst(op::TYPE_STRUCT, &[g.push_struct, g.p_rec, g.uint]);
         w.inst(op::TYPE_POINTER, &[pointer, pc, g.push_struct]);
         w.inst(op::VARIABLE, &[pointer, g.push_var, pc]);
     }
@@ -431,11 +411,8 @@ fn prologue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32, cont: u32) {
     let rec = load_pointer(w, ids, g);
     let start = member(w, ids, g.p_ulong, rec, g.zero);
     w.inst(op::ATOMIC_STORE, &[start, device, relaxed, clock]);
-    let lane0 = lane_base(w, ids, g, rec);
-    for offset in g.lane_offsets {
-        let end = lane(w, ids, g, lane0, offset);
-        w.inst(op::ATOMIC_STORE, &[end, device, relaxed, g.ulong_zero]);
-    }
+    let end = member(w, ids, g.p_ulong, rec, g.one);
+    w.inst(op::ATOMIC_STORE, &[end, device, relaxed, g.ulong_zero]);
     let tag_chain = ids.fresh();
     w.inst(
         op::ACCESS_CHAIN,
@@ -443,45 +420,14 @@ fn prologue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32, cont: u32) {
     );
     let tag = ids.fresh();
     w.inst(op::LOAD, &[g.uint, tag, tag_chain]);
-    let tag_field = member(w, ids, g.p_uint, rec, g.one);
+    let tag_field = member(w, ids, g.p_uint, rec, g.two);
     w.inst(op::ATOMIC_STORE, &[tag_field, device, relaxed, tag]);
     w.inst(op::BRANCH, &[cont]);
     w.inst(op::LABEL, &[cont]);
 }
 
-/// The address of the record's end in lane 0 (a `u64`): the record's address plus the lanes
-/// word of the push constants.
-fn lane_base(w: &mut Writer, ids: &mut Ids, g: &Globals, rec: u32) -> u32 {
-    let address = ids.fresh();
-    w.inst(op::CONVERT_PTR_TO_U, &[g.ulong, address, rec]);
-    let chain = ids.fresh();
-    w.inst(
-        op::ACCESS_CHAIN,
-        &[g.pc_uint, chain, g.push_var, g.lanes_index],
-    );
-    let word = ids.fresh();
-    w.inst(op::LOAD, &[g.uint, word, chain]);
-    let wide = ids.fresh();
-    w.inst(op::U_CONVERT, &[g.ulong, wide, word]);
-    let base = ids.fresh();
-    w.inst(op::I_ADD, &[g.ulong, base, address, wide]);
-    base
-}
-
-/// A pointer to the end `offset` bytes (a `uint`) past the end in lane 0 at address `lane0`.
-fn lane(w: &mut Writer, ids: &mut Ids, g: &Globals, lane0: u32, offset: u32) -> u32 {
-    let wide = ids.fresh();
-    w.inst(op::U_CONVERT, &[g.ulong, wide, offset]);
-    let address = ids.fresh();
-    w.inst(op::I_ADD, &[g.ulong, address, lane0, wide]);
-    let pointer = ids.fresh();
-    w.inst(op::CONVERT_U_TO_PTR, &[g.p_ulong, pointer, address]);
-    pointer
-}
-
-/// Replaces an OpReturn: the first invocation of each workgroup takes the maximum of the clock
-/// and the end in its lane, `(x + y + z) % END_LANES` of its workgroup id (an atomic whose
-/// result nothing waits for).
+/// Replaces an OpReturn: the first invocation of each workgroup takes the maximum of the
+/// record's end and the clock (an atomic whose result nothing waits for).
 fn epilogue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32) {
     let device = g.device;
     let ret = ids.fresh();
@@ -493,24 +439,7 @@ fn epilogue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32) {
     let clock = ids.fresh();
     w.inst(op::READ_CLOCK_KHR, &[g.ulong, clock, device]);
     let rec = load_pointer(w, ids, g);
-    let lane0 = lane_base(w, ids, g, rec);
-    let group = ids.fresh();
-    w.inst(op::LOAD, &[g.uvec3, group, g.group_id]);
-    let xyz = [0, 1, 2].map(|i| {
-        let id = ids.fresh();
-        w.inst(op::COMPOSITE_EXTRACT, &[g.uint, id, group, i]);
-        id
-    });
-    let xy = ids.fresh();
-    w.inst(op::I_ADD, &[g.uint, xy, xyz[0], xyz[1]]);
-    let sum = ids.fresh();
-    w.inst(op::I_ADD, &[g.uint, sum, xy, xyz[2]]);
-    let index = ids.fresh();
-    w.inst(op::BITWISE_AND, &[g.uint, index, sum, g.lane_mask]);
-    // The lane's offset from lane 0: the stride (lane 1's offset) times the lane.
-    let offset = ids.fresh();
-    w.inst(op::I_MUL, &[g.uint, offset, index, g.lane_offsets[1]]);
-    let end = lane(w, ids, g, lane0, offset);
+    let end = member(w, ids, g.p_ulong, rec, g.one);
     let old = ids.fresh();
     w.inst(
         op::ATOMIC_UMAX,

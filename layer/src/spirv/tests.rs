@@ -13,8 +13,6 @@ use super::{Refusal, instrument};
 
 /// The push offset the tests instrument at (past every fixture's own push constants).
 const X: u32 = 64;
-/// The records of the buffer the tests' modules write to.
-const N: u32 = 1024;
 
 /// The compiled fixtures: name, SPIR-V bytes.
 const FIXTURES: [(&str, &[u8]); 8] = [
@@ -60,7 +58,7 @@ fn fixture(name: &str) -> Vec<u32> {
 /// `i` an id operand, `l` a literal word, `s` a literal string, `.` the rest unchecked.
 fn shape(opcode: u16) -> Option<(&'static str, &'static str)> {
     Some(match opcode {
-        3 => ("ll.", ""),                                                   // OpSource
+        3 => ("ll.", ""),                                              // OpSource
         4 | 10 => ("s", ""),    // OpSourceExtension, OpExtension
         5 => ("is", ""),        // OpName
         6 => ("ils", ""),       // OpMemberName
@@ -92,21 +90,21 @@ fn shape(opcode: u16) -> Option<(&'static str, &'static str)> {
         71 => ("il.", ""),      // OpDecorate
         72 => ("ill.", ""),     // OpMemberDecorate
         81 => ("TRi", "l"),     // OpCompositeExtract
-        109..=115 | 117 | 120 | 124 | 126 | 127 | 168 | 200 => ("TRi", ""), // conversions, negations, nots
-        128..=133 | 164..=167 | 170..=191 | 194..=199 => ("TRii", ""),      // binary operators
-        224 => ("iii", ""),                                                 // OpControlBarrier
-        227 => ("TRiii", ""),                                               // OpAtomicLoad
-        228 => ("iiii", ""),                                                // OpAtomicStore
+        109..=115 | 124 | 126 | 127 | 168 | 200 => ("TRi", ""), // conversions, negations, nots
+        128..=133 | 164..=167 | 170..=191 | 194..=199 => ("TRii", ""), // binary operators
+        224 => ("iii", ""),     // OpControlBarrier
+        227 => ("TRiii", ""),   // OpAtomicLoad
+        228 => ("iiii", ""),    // OpAtomicStore
         234 | 239 => ("TRiiii", ""), // OpAtomicIAdd, OpAtomicUMax
-        245 => ("TR", "ii"),         // OpPhi
-        246 => ("iil.", ""),         // OpLoopMerge
-        247 => ("il", ""),           // OpSelectionMerge
-        248 => ("R", ""),            // OpLabel
-        249 => ("i", ""),            // OpBranch
-        250 => ("iii", "l"),         // OpBranchConditional
-        251 => ("ii", "li"),         // OpSwitch
-        350 => ("TRil", "i"),        // OpGroupNonUniformFAdd
-        5056 => ("TRi", ""),         // OpReadClockKHR
+        245 => ("TR", "ii"),    // OpPhi
+        246 => ("iil.", ""),    // OpLoopMerge
+        247 => ("il", ""),      // OpSelectionMerge
+        248 => ("R", ""),       // OpLabel
+        249 => ("i", ""),       // OpBranch
+        250 => ("iii", "l"),    // OpBranchConditional
+        251 => ("ii", "li"),    // OpSwitch
+        350 => ("TRil", "i"),   // OpGroupNonUniformFAdd
+        5056 => ("TRi", ""),    // OpReadClockKHR
         _ => return None,
     })
 }
@@ -338,34 +336,31 @@ fn check_instrumented(input: &[u32], output: &[u32]) {
     }
     assert_eq!(after.addressing, en::PHYSICAL_STORAGE_BUFFER_64);
 
-    // The push-constant block: one, its last three members at X, X + 8 and X + 12: a pointer
-    // to the PhysicalStorageBuffer Block record, the 32-bit tag and the 32-bit lanes word.
+    // The push-constant block: one, its last two members at X and X + 8: a pointer to the
+    // PhysicalStorageBuffer Block record, and the 32-bit tag.
     let vars = after.push_vars();
     assert_eq!(vars.len(), 1, "one push-constant variable");
     let s = after.pointee_of_var(vars[0]);
     assert!(after.blocks.contains(&s));
     let members = &after.globals[&s][2..];
     let n = members.len() as u32;
-    assert!(n >= 3);
-    assert_eq!(after.offsets[&(s, n - 3)], X);
-    assert_eq!(after.offsets[&(s, n - 2)], X + 8);
-    assert_eq!(after.offsets[&(s, n - 1)], X + 12);
-    let ptr = &after.globals[&members[n as usize - 3]];
+    assert!(n >= 2);
+    assert_eq!(after.offsets[&(s, n - 2)], X);
+    assert_eq!(after.offsets[&(s, n - 1)], X + 8);
+    let ptr = &after.globals[&members[n as usize - 2]];
     assert_eq!(ptr[2], storage::PHYSICAL_STORAGE_BUFFER);
     assert!(after.blocks.contains(&ptr[3]));
-    assert_eq!(after.globals[&ptr[3]].len(), 2 + 2, "start, tag");
-    for m in [n - 2, n - 1] {
-        assert_eq!(
-            after.globals[&members[m as usize]][2..],
-            [32, 0],
-            "the tag and the lanes word are 32-bit unsigned integers"
-        );
-    }
+    assert_eq!(after.globals[&ptr[3]].len(), 2 + 3, "start, end, tag");
+    assert_eq!(
+        after.globals[&members[n as usize - 1]][2..],
+        [32, 0],
+        "the tag is a 32-bit unsigned integer"
+    );
     if let Some(&old) = before.push_vars().first() {
         let old_s = before.pointee_of_var(old);
         assert_eq!(old_s, s, "the program's struct is extended, not replaced");
-        assert_eq!(before.globals[&s].len() + 3, after.globals[&s].len());
-        for m in 0..n - 3 {
+        assert_eq!(before.globals[&s].len() + 2, after.globals[&s].len());
+        for m in 0..n - 2 {
             assert_eq!(before.offsets[&(s, m)], after.offsets[&(s, m)]);
         }
     }
@@ -427,12 +422,8 @@ fn check_instrumented(input: &[u32], output: &[u32]) {
             before.count(old, op::READ_CLOCK_KHR) + 1 + returns
         );
         assert_eq!(after.count(new, op::RETURN), returns);
-        // The start, each lane's end and the tag stored once, and an end raised at each
-        // return.
-        assert_eq!(
-            after.count(new, op::ATOMIC_STORE),
-            2 + crate::spirv::END_LANES as usize
-        );
+        // The start, end and tag stored once, and the end raised at each return.
+        assert_eq!(after.count(new, op::ATOMIC_STORE), 3);
         assert_eq!(after.count(new, op::ATOMIC_UMAX), returns);
         for (i, (o, _)) in new.iter().enumerate() {
             if *o == op::RETURN {
@@ -527,7 +518,7 @@ fn every_fixture_is_instrumented_well_formed() {
     for (name, bytes) in FIXTURES {
         let input = words_of(bytes);
         check_well_formed(&input);
-        let output = instrument(&input, X, N).unwrap_or_else(|r| panic!("{name}: {}", r.reason()));
+        let output = instrument(&input, X).unwrap_or_else(|r| panic!("{name}: {}", r.reason()));
         check_instrumented(&input, &output);
     }
 }
@@ -536,50 +527,24 @@ fn every_fixture_is_instrumented_well_formed() {
 fn instrumenting_is_deterministic() {
     for (_, bytes) in FIXTURES {
         let input = words_of(bytes);
-        assert_eq!(instrument(&input, X, N), instrument(&input, X, N));
+        assert_eq!(instrument(&input, X), instrument(&input, X));
     }
 }
 
 #[test]
 fn the_record_layout_is_what_the_shader_declares() {
-    assert_eq!(super::RECORD_BYTES, 16);
+    assert_eq!(super::RECORD_BYTES, 24);
     assert_eq!(super::PUSH_BYTES, 16);
-    let output = instrument(&fixture("early_returns"), X, N).expect("instruments");
+    let output = instrument(&fixture("early_returns"), X).expect("instruments");
     let f = Facts::of(&output);
     let s = f.pointee_of_var(f.push_vars()[0]);
     let members = &f.globals[&s][2..];
-    let rec = f.globals[&members[members.len() - 3]][3];
-    assert_eq!([0, 1].map(|m| f.offsets[&(rec, m)]), [0, 8], "start, tag");
-    // The ends follow the records, a chunk's in each lane together; the lanes word leads from a
-    // record to its end in lane 0, and the next lanes are a stride apart.
-    let n = N as u64;
-    let chunk = super::END_LANES as u64 * super::LANE_STRIDE as u64;
-    assert_eq!(super::lane_offset(n, 0, 0), n * 16);
-    assert_eq!(super::lane_offset(n, 5, 3), n * 16 + 3 * 1024 + 5 * 8);
-    assert_eq!(super::lane_offset(n, 130, 1), n * 16 + chunk + 1024 + 2 * 8);
-    for (pair, lane) in [(5, 0), (127, 7), (300, 4)] {
-        assert_eq!(
-            pair * super::RECORD_BYTES
-                + super::lanes_word(n, pair) as u64
-                + lane as u64 * super::LANE_STRIDE as u64,
-            super::lane_offset(n, pair, lane)
-        );
-    }
+    let rec = f.globals[&members[members.len() - 2]][3];
     assert_eq!(
-        super::buffer_bytes(n),
-        super::lane_offset(n, n - 1, super::END_LANES - 1) + 8
+        [0, 1, 2].map(|m| f.offsets[&(rec, m)]),
+        [0, 8, 16],
+        "start, end, tag"
     );
-    // The module adds multiples of the stride to lane 0: every lane's offset is a constant it
-    // declares.
-    for l in 0..super::END_LANES {
-        let offset = l * super::LANE_STRIDE;
-        assert!(
-            f.globals
-                .values()
-                .any(|w| (w[0] & 0xffff) as u16 == op::CONSTANT && w[3] == offset),
-            "lane {l}'s offset {offset}"
-        );
-    }
 }
 
 #[test]
@@ -588,7 +553,7 @@ fn early_returns_each_get_an_epilogue() {
     let before = Facts::of(&input);
     // glslang without optimisation keeps the three returns: two early, one at the end.
     assert_eq!(before.count(before.entry_function(0), op::RETURN), 3);
-    let after = Facts::of(&instrument(&input, X, N).expect("instruments"));
+    let after = Facts::of(&instrument(&input, X).expect("instruments"));
     assert_eq!(after.count(after.entry_function(0), op::READ_CLOCK_KHR), 4);
 }
 
@@ -607,7 +572,7 @@ fn types_declared_after_the_push_constants_are_moved_before_them() {
         before.position(uint) > before.position(s),
         "the fixture declares uint late"
     );
-    let after = Facts::of(&instrument(&input, X, N).expect("instruments"));
+    let after = Facts::of(&instrument(&input, X).expect("instruments"));
     assert!(
         after.position(uint) < after.position(s),
         "the same id, moved up"
@@ -618,18 +583,15 @@ fn types_declared_after_the_push_constants_are_moved_before_them() {
 fn a_module_without_push_constants_gets_a_block() {
     let input = fixture("no_push");
     assert!(Facts::of(&input).push_vars().is_empty());
-    let after = Facts::of(&instrument(&input, X, N).expect("instruments"));
+    let after = Facts::of(&instrument(&input, X).expect("instruments"));
     let s = after.pointee_of_var(after.push_vars()[0]);
-    assert_eq!(after.globals[&s].len(), 5, "three members");
-    assert_eq!(
-        [0, 1, 2].map(|m| after.offsets[&(s, m)]),
-        [X, X + 8, X + 12]
-    );
+    assert_eq!(after.globals[&s].len(), 4, "two members");
+    assert_eq!((after.offsets[&(s, 0)], after.offsets[&(s, 1)]), (X, X + 8));
 }
 
 #[test]
 fn refusals() {
-    let refusal = |words: &[u32]| instrument(words, X, N).expect_err("refused");
+    let refusal = |words: &[u32]| instrument(words, X).expect_err("refused");
     assert_eq!(
         refusal(&words_of(include_bytes!("testdata/vertex.spv"))),
         Refusal::NotCompute
@@ -696,14 +658,7 @@ fn refusals() {
     });
     assert_eq!(refusal(&unblocked), Refusal::PushConstants);
 
-    assert!(matches!(
-        instrument(&good, 4, N),
-        Err(Refusal::Unsupported(_))
-    ));
-    assert!(
-        matches!(instrument(&good, X, 1 << 28), Err(Refusal::Unsupported(_))),
-        "a record buffer past 4 GiB"
-    );
+    assert!(matches!(instrument(&good, 4), Err(Refusal::Unsupported(_))));
 }
 
 /// `words` with each instruction for which `f(opcode, operands)` gives replacements replaced by
@@ -805,14 +760,14 @@ fn hand_made(k: HandMade) -> Vec<u32> {
 fn hand_made_modules() {
     let plain = hand_made(HandMade::default());
     check_well_formed(&plain);
-    let out = instrument(&plain, X, N).expect("instruments");
+    let out = instrument(&plain, X).expect("instruments");
     check_instrumented(&plain, &out);
 
     let two = hand_made(HandMade {
         second_entry: true,
         ..HandMade::default()
     });
-    let out = instrument(&two, X, N).expect("instruments");
+    let out = instrument(&two, X).expect("instruments");
     check_instrumented(&two, &out);
     let f = Facts::of(&out);
     assert_eq!(f.entries.len(), 2);
@@ -822,7 +777,7 @@ fn hand_made_modules() {
         "one function instrumented once"
     );
 
-    let refused = |k| instrument(&hand_made(k), X, N).expect_err("refused");
+    let refused = |k| instrument(&hand_made(k), X).expect_err("refused");
     assert!(matches!(
         refused(HandMade {
             signed_index: true,
