@@ -12,6 +12,8 @@
 # machine is shared: read differences of a few percent as noise). $LEVELS (default: off submit
 # command-buffer dispatch) may name LEVEL@NAME: the layer at $LAYER_NAME at that level, to compare
 # two builds of the layer in one run; $MODES (default: fused generic) picks the presets.
+# The last column compares each round's host enqueue with the run without the layer in the same
+# round: its median and quartiles say how far the rounds spread.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profiler=${PROFILER:-}
@@ -55,8 +57,8 @@ median() {
 
 read -r -a levels <<<"none ${LEVELS:-off submit command-buffer dispatch}"
 read -r -a modes <<<"${MODES:-fused generic}"
-echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer | enqueue by per-call medians, us / token | vs no layer |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer | enqueue by per-call medians, us / token | vs no layer | host enqueue vs no layer, round by round: median (quartiles) |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for mode in "${modes[@]}"; do
   # Repeats outside, levels inside: a slow drift of the shared machine's load reaches every
   # level alike instead of one level's whole block of runs.
@@ -96,8 +98,15 @@ for mode in "${modes[@]}"; do
     rel=$(awk -v a="$us" -v b="$base" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
     rel_enqueue=$(awk -v a="$enqueue" -v b="$base_enqueue" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
     rel_calls=$(awk -v a="$calls" -v b="$base_calls" 'BEGIN {printf "%+.1f%%", (a / b - 1) * 100}')
-    printf '| %s | %s | %.0f | %s | %.0f | %s | %.0f | %s |\n' "$mode" "$level" "$us" "$rel" "$enqueue" \
-      "$rel_enqueue" "$calls" "$rel_calls"
+    # Each round against the run without the layer in the same round: how far the rounds
+    # spread, which the medians alone do not show.
+    rounds=$(for rep in $(seq "$repeats"); do
+      awk -v a="$(cut -d' ' -f2 <<<"${runs[$level.$rep]}")" \
+        -v b="$(cut -d' ' -f2 <<<"${runs[none.$rep]}")" 'BEGIN {print (a / b - 1) * 100}'
+    done | sort -g | awk '{a[NR]=$1} END {
+      printf "%+.1f%% (%+.1f%% to %+.1f%%)", a[int((NR+1)/2)], a[int((NR+3)/4)], a[int((3*NR+1)/4)]}')
+    printf '| %s | %s | %.0f | %s | %.0f | %s | %.0f | %s | %s |\n' "$mode" "$level" "$us" "$rel" "$enqueue" \
+      "$rel_enqueue" "$calls" "$rel_calls" "$rounds"
   done
   unset runs
 done
