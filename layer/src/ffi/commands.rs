@@ -21,13 +21,8 @@ impl DeviceData {
         }
     }
 
-    /// Reads what `cmd`'s last submission left unread. Below the command-buffer level nothing
-    /// can be, and the command buffer's state is not looked up: after the program's wait it
-    /// is out of the cache, and a begin would wait for it.
+    /// Reads what `cmd`'s last submission left unread.
     unsafe fn read_unread(&self, g: &mut Inner, cmd: u64) {
-        if !g.state.level.stamps_command_buffers() {
-            return;
-        }
         if let Some(job) = g.state.unread_of(cmd) {
             self.read_jobs(g, vec![job]);
         }

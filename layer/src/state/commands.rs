@@ -129,8 +129,13 @@ impl DeviceState {
 
     /// The stamps of `cmd`'s last submission, which the program has finished with (it records,
     /// resets or frees the command buffer only once that submission is complete): read them
-    /// before the command buffer's slots go.
+    /// before the command buffer's slots go. Below the command-buffer level nothing can be
+    /// unread, and the command buffer's state is not looked up: after the program's wait it
+    /// is out of the cache, and a begin or a submit would wait for it.
     pub fn unread_of(&mut self, cmd: u64) -> Option<ReadJob> {
+        if !self.level.stamps_command_buffers() {
+            return None;
+        }
         let c = self.cmds.get_mut(&cmd)?;
         let sub = c.unread.take()?;
         Some(ReadJob {

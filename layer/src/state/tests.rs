@@ -188,7 +188,7 @@ fn a_fence_wait_reads_every_stamp_of_its_submission_and_blocks_hold_32() {
 
 #[test]
 fn only_levels_that_stamp_command_buffers_leave_them_unread() {
-    // The layer skips looking for unread results below the command-buffer level.
+    // `unread_of` does not look for unread results below the command-buffer level.
     for level in [
         Level::Off,
         Level::Submit,
@@ -213,11 +213,12 @@ fn only_levels_that_stamp_command_buffers_leave_them_unread() {
         s.end_cmd(7, 1);
         s.submit(9, &[vec![7]], Some(3), &[], None);
         assert_eq!(
-            s.unread_of(7).is_some(),
+            s.cmds[&7].unread.is_some(),
             level.stamps_command_buffers(),
             "{}",
             level.name()
         );
+        assert_eq!(s.unread_of(7).is_some(), level.stamps_command_buffers());
     }
 }
 
