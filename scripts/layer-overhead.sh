@@ -55,6 +55,12 @@ median() {
   sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 
+# "MEDIAN% (Q1% to Q3%)" of the percentages on stdin.
+quartiles() {
+  sort -g | awk '{a[NR]=$1} END {
+    printf "%+.1f%% (%+.1f%% to %+.1f%%)", a[int((NR+1)/2)], a[int((NR+3)/4)], a[int((3*NR+1)/4)]}'
+}
+
 read -r -a levels <<<"none ${LEVELS:-off submit command-buffer dispatch}"
 read -r -a modes <<<"${MODES:-fused generic}"
 echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer | enqueue by per-call medians, us / token | vs no layer | host enqueue vs no layer, round by round: median (quartiles) |"
@@ -103,8 +109,7 @@ for mode in "${modes[@]}"; do
     rounds=$(for rep in $(seq "$repeats"); do
       awk -v a="$(cut -d' ' -f2 <<<"${runs[$level.$rep]}")" \
         -v b="$(cut -d' ' -f2 <<<"${runs[none.$rep]}")" 'BEGIN {print (a / b - 1) * 100}'
-    done | sort -g | awk '{a[NR]=$1} END {
-      printf "%+.1f%% (%+.1f%% to %+.1f%%)", a[int((NR+1)/2)], a[int((NR+3)/4)], a[int((3*NR+1)/4)]}')
+    done | quartiles)
     printf '| %s | %s | %.0f | %s | %.0f | %s | %.0f | %s | %s |\n' "$mode" "$level" "$us" "$rel" "$enqueue" \
       "$rel_enqueue" "$calls" "$rel_calls" "$rounds"
   done

@@ -249,9 +249,8 @@ def summary(path, skip=2):
         "dispatches": med(c("dispatches")),
         "wall_us": med(lambda r: r["wall_ns"] / 1e3),
         # The program's host time in its recordings, submits and waits, as the layer saw it.
-        "record_us": med(lambda r: sum(s[2] for s in r.get("host_spans", []) if s[0] == "record") / 1e3),
-        "submit_us": med(lambda r: sum(s[2] for s in r.get("host_spans", []) if s[0] == "submit") / 1e3),
-        "wait_us": med(lambda r: sum(s[2] for s in r.get("host_spans", []) if s[0] == "wait") / 1e3),
+        **{f"{k}_us": med(lambda r, k=k: sum(s[2] for s in r.get("host_spans", []) if s[0] == k) / 1e3)
+           for k in ("record", "submit", "wait")},
         "step_rule": cap.get("step_rule_detail", ""),
         "device": t["meta"]["device"]["name"],
     }
