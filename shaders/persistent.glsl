@@ -106,12 +106,13 @@
 //
 // Weights in GGUF blocks (WQ = 1, where any matrix is not f16): every matrix is read where it lies,
 // in its own type (per layer and matrix, from the pointer table: a Q4_K_M file mixes Q4_K and
-// Q6_K), decoded four elements at a time by quant.glsl's wload4, the arithmetic of the CPU
-// reference. The phases keep their split of the work; the loads change: the matvec rows (QKV,
-// gate/up, lm_head) stride 8 elements per lane as the f16 loads do, the merge reads its OC
-// columns of W_o per row, and the down-projection reads W_down itself (no transposed copy: the
-// file's blocks are the only copy), four consecutive channels of a row per load. The f16 kernel
-// (WQ = 0) compiles none of this and keeps its prefetches and wide loads.
+// Q6_K), decoded with quant.glsl's arithmetic, the CPU reference's. The phases keep their split of
+// the work; the loads change: the matvec rows (QKV, gate/up, lm_head) stride 8 elements per lane
+// as the f16 loads do (32 for Q8_0), the merge reads its OC columns of W_o per row, and the
+// down-projection reads W_down itself (no transposed copy: the file's blocks are the only copy),
+// four consecutive channels of a row per load. Q4_K and Q6_K rows go by persistent_quant.glsl's
+// units instead, several rows' words in flight at once. The f16 kernel (WQ = 0) compiles none of
+// this and keeps its prefetches and wide loads.
 // Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
 // u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
 // [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [4 RC, n, hidden] (R0, R1, D0, D1, RC copies
@@ -128,7 +129,7 @@
 // guards that depend on them. The head groups size a subgroup's arrays (GQ / GS heads), so each
 // grouping has code of its own (chosen at run time instead, the one-group kernel spilled).
 // 26..28 are matvec_fused's weight types (unused here), 29 WQ, 30 and 31 the embedding's and the
-// lm_head's types (ggml ids; 0 or 1 f16).
+// lm_head's types (ggml ids; 0 or 1 f16), 32 the types of the model's matrices as a mask.
 // Requires hidden, q_dim and intermediate multiples of 8, hd a multiple of OC (16), float atomic
 // adds on buffers (VK_EXT_shader_atomic_float), and subgroup arithmetic and shuffles.
 //
@@ -189,6 +190,11 @@ layout(constant_id = 25) const uint RC = 1;
 layout(constant_id = 29) const uint WQ = 0;
 layout(constant_id = 30) const uint WT_EMBED = 1;
 layout(constant_id = 31) const uint WT_HEAD = 1;
+// A bit per ggml type id of the model's matrices: the branches of every other type are left out,
+// since each type's loads and decode are code of their own and the kernel's code size is time
+// (see "Code size" above).
+layout(constant_id = 32) const uint WT_MASK = 0xffffffffu;
+#define WT_HAS(t) (((WT_MASK >> (t)) & 1u) != 0u)
 
 const uint NSG = WG / SG;
 // Query heads per subgroup of an attention unit.
@@ -741,11 +747,11 @@ float part_dot_q(uvec2 p, uint t, uint rb, uint cols, uint ks) {
     uint n8 = cols / 8u, stride = ks * SG;
     uint i = gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG;
     float acc;
-    if (t == WT_Q8_0) acc = qdot32_lane(WT_Q8_0, rb, cols / 32u, i, stride);
-    else if (t == WT_Q4_K) acc = qdot32_lane(WT_Q4_K, rb, cols / 32u, i, stride);
-    else if (t == WT_Q4_0) acc = qdot_lane(WT_Q4_0, rb, n8, i, stride);
-    else if (t == WT_Q4_1) acc = qdot_lane(WT_Q4_1, rb, n8, i, stride);
-    else if (t == WT_Q6_K) acc = qdot_lane(WT_Q6_K, rb, n8, i, stride);
+    if (t == WT_Q8_0 && WT_HAS(WT_Q8_0)) acc = qdot32_lane(WT_Q8_0, rb, cols / 32u, i, stride);
+    else if (t == WT_Q4_K && WT_HAS(WT_Q4_K)) acc = qdot32_lane(WT_Q4_K, rb, cols / 32u, i, stride);
+    else if (t == WT_Q4_0 && WT_HAS(WT_Q4_0)) acc = qdot_lane(WT_Q4_0, rb, n8, i, stride);
+    else if (t == WT_Q4_1 && WT_HAS(WT_Q4_1)) acc = qdot_lane(WT_Q4_1, rb, n8, i, stride);
+    else if (t == WT_Q6_K && WT_HAS(WT_Q6_K)) acc = qdot_lane(WT_Q6_K, rb, n8, i, stride);
     else acc = qdot_lane(WT_F16, rb, n8, i, stride);
     return subgroupAdd(acc);
 }
@@ -795,6 +801,8 @@ float row_total(float part, uint ks) {
 }
 
 bool writes_row(uint ks) { return (gl_SubgroupID & (ks - 1u)) == 0u && subgroupElect(); }
+
+#include "persistent_quant.glsl"
 
 // ---- phases ----
 
@@ -1057,7 +1065,30 @@ void phase_qkv(uint l) {
     for (uint t = 0; t < n; t++) {
         float scale = stage(l == 0u ? SRC_EMBED : SRC_X, t, layer_ptr(l, 0), l);
         if (t == 0u) stage_kv_load(l);
-        for (uint j = 0; j < passes; j++) {
+        // Rows in units (Q4_K, Q6_K): QR passes' rows at once.
+        bool units_qkv = WQ == 1u && rows_in_units(layer_wt(l, MQ)) && rows_in_units(layer_wt(l, MK)) && rows_in_units(layer_wt(l, MV));
+        for (uint j = 0; units_qkv && j < passes; j += QR) {
+            uvec2 tr[QR];
+            uint nr = 0u;
+            [[unroll]] for (uint k = 0; k < QR; k++) {
+                uint r = mv_row(ks, j + k);
+                tr[k] = uvec2(WT_Q4_K, 0u);
+                if (j + k < passes && r < rows) {
+                    tr[k] = qkv_row(l, r);
+                    nr = k + 1u;
+                }
+            }
+            float s[QR];
+            rows_dot(layer_ptr(l, 1u), tr, nr, HIDDEN, ks, s);
+            [[unroll]] for (uint k = 0; k < QR; k++) {
+                if (j + k < passes) {
+                    uint r = mv_row(ks, j + k);
+                    float v = row_total(s[k], ks) * scale;
+                    if (r < rows && writes_row(ks)) qkv_put(t * rows + r, v, tag);
+                }
+            }
+        }
+        for (uint j = 0; !units_qkv && j < passes; j++) {
             uint r = mv_row(ks, j);
             float s = 0.0;
             if (r < rows) {
@@ -1467,11 +1498,11 @@ void phase_merge_o(uint l) {
             qsrc = QRef(layer_ptr(l, 4u));
             for (uint r = tid; r < HIDDEN; r += WG) {
                 float v;
-                if (to == WT_Q8_0) v = wo_row(WT_Q8_0, r * rbo, c, a);
-                else if (to == WT_Q4_0) v = wo_row(WT_Q4_0, r * rbo, c, a);
-                else if (to == WT_Q4_1) v = wo_row(WT_Q4_1, r * rbo, c, a);
-                else if (to == WT_Q4_K) v = wo_row(WT_Q4_K, r * rbo, c, a);
-                else if (to == WT_Q6_K) v = wo_row(WT_Q6_K, r * rbo, c, a);
+                if (to == WT_Q8_0 && WT_HAS(WT_Q8_0)) v = wo_row(WT_Q8_0, r * rbo, c, a);
+                else if (to == WT_Q4_0 && WT_HAS(WT_Q4_0)) v = wo_row(WT_Q4_0, r * rbo, c, a);
+                else if (to == WT_Q4_1 && WT_HAS(WT_Q4_1)) v = wo_row(WT_Q4_1, r * rbo, c, a);
+                else if (to == WT_Q4_K && WT_HAS(WT_Q4_K)) v = wo_row(WT_Q4_K, r * rbo, c, a);
+                else if (to == WT_Q6_K && WT_HAS(WT_Q6_K)) v = wo_row(WT_Q6_K, r * rbo, c, a);
                 else v = wo_row(WT_F16, r * rbo, c, a);
                 atomicAdd(x[d + r], v * inv);
             }
@@ -1571,15 +1602,43 @@ void phase_mlp(uint l) {
         float scale = stage(SRC_XD, t, layer_ptr(l, 5), l);
         uvec2 dw[DE];
         if (WQ == 0u) load_down(dw, wd, tid, 0u, per_wg, wg_shift);
-        for (uint j = 0; j < passes; j++) {
+        // Rows in units (Q4_K, Q6_K): gate's and up's rows of QR / 2 passes at once.
+        uint tg = layer_wt(l, MGATE), tu = layer_wt(l, MUP);
+        uint bg = wt_row_bytes(tg, HIDDEN), bu = wt_row_bytes(tu, HIDDEN);
+        bool units_gu = WQ == 1u && rows_in_units(tg) && rows_in_units(tu);
+        for (uint j = 0; units_gu && j < passes; j += QR / 2u) {
+            uvec2 tr[QR];
+            uint nr = 0u;
+            [[unroll]] for (uint k = 0; k < QR / 2u; k++) {
+                uint r = mv_row(ks, j + k);
+                tr[2u * k] = uvec2(tg, 0u);
+                tr[2u * k + 1u] = uvec2(tu, 0u);
+                if (j + k < passes && r < rows) {
+                    tr[2u * k].y = r * bg;
+                    tr[2u * k + 1u].y = INTER * bg + r * bu;
+                    nr = 2u * k + 2u;
+                }
+            }
+            float s[QR];
+            rows_dot(layer_ptr(l, 6u), tr, nr, HIDDEN, ks, s);
+            [[unroll]] for (uint k = 0; k < QR / 2u; k++) {
+                if (j + k < passes) {
+                    uint r = mv_row(ks, j + k);
+                    float g = row_total(s[2u * k], ks) * scale;
+                    float u = row_total(s[2u * k + 1u], ks) * scale;
+                    uint a = HIDDEN + (j + k) * per_wg + (gl_SubgroupID >> findLSB(ks));
+                    if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
+                }
+            }
+        }
+        for (uint j = 0; !units_gu && j < passes; j++) {
             uint r = mv_row(ks, j);
             vec2 gu = vec2(0.0);
             if (r < rows) {
                 if (WQ == 1u) {
-                    // Gate's rows, then up's, each in its own type.
-                    uint tg = layer_wt(l, MGATE), tu = layer_wt(l, MUP), bg = wt_row_bytes(tg, HIDDEN);
+                    // Gate's row, then up's, each in its own type.
                     gu.x = part_dot_q(layer_ptr(l, 6u), tg, r * bg, HIDDEN, ks);
-                    gu.y = part_dot_q(layer_ptr(l, 6u), tu, INTER * bg + r * wt_row_bytes(tu, HIDDEN), HIDDEN, ks);
+                    gu.y = part_dot_q(layer_ptr(l, 6u), tu, INTER * bg + r * bu, HIDDEN, ks);
                 } else {
                     uvec4 p0[PF], p1[PF];
                     pass_pf(j, 0u, 2u, p0);
@@ -1602,13 +1661,16 @@ void phase_mlp(uint l) {
             // multiple of 8, so a four is all in or all past the last row), else one at a time.
             uint td = layer_wt(l, MDOWN), rbd = wt_row_bytes(td, INTER);
             qsrc = QRef(layer_ptr(l, 7u));
-            for (uint h = tid; h < HIDDEN; h += WG) {
+            bool groups = per_wg >= 8u && rows_in_units(td);
+            if (groups && td == WT_Q4_K && WT_HAS(WT_Q4_K)) down_groups(WT_Q4_K, rbd, e_n, per_wg, wg_shift);
+            else if (groups && td == WT_Q6_K && WT_HAS(WT_Q6_K)) down_groups(WT_Q6_K, rbd, e_n, per_wg, wg_shift);
+            for (uint h = tid; !groups && h < HIDDEN; h += WG) {
                 float acc;
-                if (td == WT_Q8_0) acc = down_lane(WT_Q8_0, h * rbd, e_n, per_wg, wg_shift);
-                else if (td == WT_Q4_0) acc = down_lane(WT_Q4_0, h * rbd, e_n, per_wg, wg_shift);
-                else if (td == WT_Q4_1) acc = down_lane(WT_Q4_1, h * rbd, e_n, per_wg, wg_shift);
-                else if (td == WT_Q4_K) acc = down_lane(WT_Q4_K, h * rbd, e_n, per_wg, wg_shift);
-                else if (td == WT_Q6_K) acc = down_lane(WT_Q6_K, h * rbd, e_n, per_wg, wg_shift);
+                if (td == WT_Q8_0 && WT_HAS(WT_Q8_0)) acc = down_lane(WT_Q8_0, h * rbd, e_n, per_wg, wg_shift);
+                else if (td == WT_Q4_0 && WT_HAS(WT_Q4_0)) acc = down_lane(WT_Q4_0, h * rbd, e_n, per_wg, wg_shift);
+                else if (td == WT_Q4_1 && WT_HAS(WT_Q4_1)) acc = down_lane(WT_Q4_1, h * rbd, e_n, per_wg, wg_shift);
+                else if (td == WT_Q4_K && WT_HAS(WT_Q4_K)) acc = down_lane(WT_Q4_K, h * rbd, e_n, per_wg, wg_shift);
+                else if (td == WT_Q6_K && WT_HAS(WT_Q6_K)) acc = down_lane(WT_Q6_K, h * rbd, e_n, per_wg, wg_shift);
                 else acc = down_lane(WT_F16, h * rbd, e_n, per_wg, wg_shift);
                 xs[h / 4u][h % 4u] = acc;
             }
@@ -1697,8 +1759,31 @@ void phase_head() {
         // HR rows per subgroup at a time (r0 + k nsub), the first HC chunks per lane of each
         // loaded at once: HR x HC loads in flight per lane.
         uint n8 = HIDDEN / 8, lane = gl_SubgroupInvocationID;
-        // An lm_head in GGUF blocks: a row per subgroup at a time.
-        for (uint r = gl_WorkGroupID.x * NSG + gl_SubgroupID; !WT_IS_F16(WT_HEAD) && r < VOCAB; r += nsub()) {
+        // An lm_head in GGUF blocks: in units (Q4_K, Q6_K), QR rows per subgroup at a time; else
+        // a row at a time.
+        for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; rows_in_units(WT_HEAD) && r0 < VOCAB; r0 += QR * nsub()) {
+            uvec2 tr[QR];
+            uint nr = 0u;
+            [[unroll]] for (uint k = 0; k < QR; k++) {
+                uint r = r0 + k * nsub();
+                tr[k] = uvec2(WT_HEAD, r < VOCAB ? r * wt_row_bytes(WT_HEAD, HIDDEN) : 0u);
+                if (r < VOCAB) nr = k + 1u;
+            }
+            float s[QR];
+            rows_dot(head_ptr(), tr, nr, HIDDEN, 1u, s);
+            [[unroll]] for (uint k = 0; k < QR; k++) {
+                uint r = r0 + k * nsub();
+                float v = s[k] * scale;
+                if (r < VOCAB) {
+                    if (subgroupElect()) logits[t * VOCAB + r] = v;
+                    if (better(v, r, bv, bi)) {
+                        bv = v;
+                        bi = r;
+                    }
+                }
+            }
+        }
+        for (uint r = gl_WorkGroupID.x * NSG + gl_SubgroupID; !WT_IS_F16(WT_HEAD) && !rows_in_units(WT_HEAD) && r < VOCAB; r += nsub()) {
             float s = part_dot_q(head_ptr(), WT_HEAD, r * wt_row_bytes(WT_HEAD, HIDDEN), HIDDEN, 1u) * scale;
             if (subgroupElect()) logits[t * VOCAB + r] = s;
             if (better(s, r, bv, bi)) {

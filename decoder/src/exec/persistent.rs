@@ -150,6 +150,14 @@ pub fn reads_blocks(w: &WeightTypes) -> bool {
     !w.all_f16()
 }
 
+/// The kernel's `WT_MASK`: a bit per ggml type id of `w`'s matrices, so that the kernel compiles
+/// the loads and decode of those types only.
+pub fn type_mask(w: &WeightTypes) -> u32 {
+    w.distinct()
+        .iter()
+        .fold(0, |acc, t| acc | 1u32 << t.spec_id())
+}
+
 /// Layer `l`'s weight types as the kernel's `layer_wt` reads them: a byte each (ggml ids), q, k,
 /// v and o in the low word, gate, up and down in the high one.
 pub fn packed_types(w: &WeightTypes, l: u32) -> u64 {
@@ -494,6 +502,7 @@ impl Lower<'_> {
             (id::WQ, reads_blocks(self.w) as u32),
             (id::WT_EMBED, self.w.embed.spec_id()),
             (id::WT_HEAD, self.w.lm_head.spec_id()),
+            (id::WT_MASK, type_mask(self.w)),
         ];
         pairs.extend(self.kv.geo.spec());
         spec(&pairs)
@@ -573,6 +582,49 @@ mod tests {
             qk_norm: true,
             max_seq: 4096,
         }
+    }
+
+    #[test]
+    fn the_type_mask_has_a_bit_for_every_type_the_kernel_reads() {
+        use crate::exec::program::LayerTypes;
+        use crate::model::WeightType as W;
+        // A Q4_K_M file: Q4_K, Q6_K for one layer's v and down and for the lm_head, a Q8_0
+        // embedding.
+        let q4k = LayerTypes {
+            q: W::Q4K,
+            k: W::Q4K,
+            v: W::Q4K,
+            o: W::Q4K,
+            gate: W::Q4K,
+            up: W::Q4K,
+            down: W::Q4K,
+        };
+        let w = WeightTypes {
+            embed: W::Q8_0,
+            lm_head: W::Q6K,
+            layers: vec![
+                q4k,
+                LayerTypes {
+                    v: W::Q6K,
+                    down: W::Q6K,
+                    ..q4k
+                },
+            ],
+        };
+        let mask = type_mask(&w);
+        let expected: u32 = [W::Q8_0, W::Q4K, W::Q6K]
+            .iter()
+            .map(|t| 1 << t.spec_id())
+            .sum();
+        assert_eq!(mask, expected);
+        // Every type the kernel reads from the pointer table or its constants has its bit.
+        for l in 0..2 {
+            for byte in packed_types(&w, l).to_le_bytes().iter().take(7) {
+                assert_ne!(mask & (1 << byte), 0, "layer {l}: type id {byte}");
+            }
+        }
+        assert_ne!(mask & (1 << w.lm_head.spec_id()), 0);
+        assert_eq!(type_mask(&WeightTypes::f16(2)), 1 << W::F16.spec_id());
     }
 
     #[test]
