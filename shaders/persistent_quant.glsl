@@ -46,10 +46,8 @@ uint q4k_sbyte(uint s0, uint s1, uint s2, uint i) {
 
 // quant.glsl's q4k_scale_min from the scales' 3 words.
 uvec2 q4k_sm(uint s0, uint s1, uint s2, uint j) {
-    if (j < 4u) return uvec2(q4k_sbyte(s0, s1, s2, j) & 63u, q4k_sbyte(s0, s1, s2, j + 4u) & 63u);
-    uint m = q4k_sbyte(s0, s1, s2, j + 4u);
-    return uvec2((m & 0xfu) | ((q4k_sbyte(s0, s1, s2, j - 4u) >> 6) << 4),
-                 (m >> 4) | ((q4k_sbyte(s0, s1, s2, j) >> 6) << 4));
+    return q4k_unpack_scale_min(j, q4k_sbyte(s0, s1, s2, j), q4k_sbyte(s0, s1, s2, j + 4u),
+                                j < 4u ? 0u : q4k_sbyte(s0, s1, s2, j - 4u));
 }
 
 // Unit u of the row at byte rb, type t (Q4_K or Q6_K, constant at each call): its words.
@@ -100,14 +98,11 @@ float unit_dot(uint t, uint rb, uint u, uint w[UW]) {
         [[unroll]] for (uint k = 0; k < 4u; k++) {
             // Scale l0 / 16 + 2 k of the half's 8 (a signed byte).
             uint si = l0 / 16u + 2u * k;
-            uint sw = si < 4u ? sc.x : sc.y;
-            float s = d * float(int(sw << (24u - 8u * (si & 3u))) >> 24);
+            float s = d * q_i8(si < 4u ? sc.x : sc.y, si & 3u);
             [[unroll]] for (uint g = 0; g < 2u; g++) {
                 uint lw = (k & 1u) == 0u ? (g == 0u ? qle.x : qle.y) : (g == 0u ? qlo.x : qlo.y);
-                uint hw = g == 0u ? qh.x : qh.y;
-                uvec4 lb = (uvec4(lw) >> (uvec4(0u, 8u, 16u, 24u) + (k >= 2u ? 4u : 0u))) & 0xfu;
-                uvec4 hb = (uvec4(hw) >> (uvec4(0u, 8u, 16u, 24u) + 2u * k)) & 3u;
-                acc += dot(s * vec4(ivec4(lb | (hb << 4)) - 32), xs[e4 + 8u * k + g]);
+                vec4 v = q6k_values(lw, k >= 2u ? 4u : 0u, g == 0u ? qh.x : qh.y, k);
+                acc += dot(s * v, xs[e4 + 8u * k + g]);
             }
         }
     }
@@ -127,9 +122,9 @@ float unit_dot_any(uint t, uint rb, uint u, uint w[UW]) {
 }
 
 // This subgroup's parts of up to QR rows of cols columns of the matrix at p, against xs: row k
-// (k < n, n uniform in the subgroup) of type tr[k].x (Q4_K or Q6_K) at byte tr[k].y; every lane gets each part
-// (0 for k >= n). Every row's words of a lane's unit are loaded before any is decoded. The lanes
-// take units as part_dot takes chunks (KS subgroups a row, see split_ks).
+// (k < n, n uniform in the subgroup) of type tr[k].x (Q4_K or Q6_K) at byte tr[k].y; every lane
+// gets each part (0 for k >= n). Every row's words of a lane's unit are loaded before any is
+// decoded. The lanes take units as part_dot takes chunks (KS subgroups a row, see split_ks).
 void rows_dot(uvec2 p, uvec2 tr[QR], uint n, uint cols, uint ks, out float s[QR]) {
     qsrc = QRef(p);
     uint stride = ks * SG, i = gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG;
@@ -199,15 +194,9 @@ float g8_dot(uint t, uint rb, uint c, uint w[G8W], vec4 xa, vec4 xb) {
     bool odd = (b & 2u) != 0u;
     uvec2 lw = span8(w[0], w[1], w[2], odd), hw = span8(w[3], w[4], w[5], odd);
     uint si = b + 192u + 8u * n + j / 16u + 2u * k;
-    float s = unpackHalf2x16(odd ? w[7] >> 16 : w[7]).x * float(int(w[6] << (24u - 8u * (si & 3u))) >> 24);
+    float s = unpackHalf2x16(odd ? w[7] >> 16 : w[7]).x * q_i8(w[6], si & 3u);
     uint sh = k >= 2u ? 4u : 0u;
-    float acc = 0.0;
-    [[unroll]] for (uint g = 0; g < 2u; g++) {
-        uvec4 lb = (uvec4(g == 0u ? lw.x : lw.y) >> (uvec4(0u, 8u, 16u, 24u) + sh)) & 0xfu;
-        uvec4 hb = (uvec4(g == 0u ? hw.x : hw.y) >> (uvec4(0u, 8u, 16u, 24u) + 2u * k)) & 3u;
-        acc += dot(s * vec4(ivec4(lb | (hb << 4)) - 32), g == 0u ? xa : xb);
-    }
-    return acc;
+    return dot(s * q6k_values(lw.x, sh, hw.x, k), xa) + dot(s * q6k_values(lw.y, sh, hw.y, k), xb);
 }
 
 // W_down (type t, rows of rbd bytes, constant at each call) at this workgroup's e_n channels

@@ -64,12 +64,25 @@ vec4 q_nibbles(uint w, uint hi) {
     return vec4(b);
 }
 
-// Q4_K: the 6-bit scale (x) and min (y) of sub-block j (0..7) of the block at byte `b`.
+// Q4_K: the 6-bit scale (x) and min (y) of sub-block j (0..7) from bytes j, j + 4 and j - 4 of
+// the block's 12 bytes of scales (the last one read for j >= 4 only).
+uvec2 q4k_unpack_scale_min(uint j, uint bj, uint bj4, uint bjm4) {
+    if (j < 4u) return uvec2(bj & 63u, bj4 & 63u);
+    return uvec2((bj4 & 0xfu) | ((bjm4 >> 6) << 4), (bj4 >> 4) | ((bj >> 6) << 4));
+}
+
+// Q4_K: the scale and min of sub-block j (0..7) of the block at byte `b`.
 uvec2 q4k_scale_min(uint b, uint j) {
     uint s = b + 4u;
-    if (j < 4u) return uvec2(q_byte(s + j) & 63u, q_byte(s + j + 4u) & 63u);
-    uint m = q_byte(s + j + 4u);
-    return uvec2((m & 0xfu) | ((q_byte(s + j - 4u) >> 6) << 4), (m >> 4) | ((q_byte(s + j) >> 6) << 4));
+    return q4k_unpack_scale_min(j, q_byte(s + j), q_byte(s + j + 4u), j < 4u ? 0u : q_byte(s + j - 4u));
+}
+
+// Q6_K: four consecutive values (q - 32) from their low bits (the low nibbles of lo, or its high
+// ones with sh = 4) and their bit pair k (0..3) of each byte of hi.
+vec4 q6k_values(uint lo, uint sh, uint hi, uint k) {
+    uvec4 lb = (uvec4(lo) >> (uvec4(0u, 8u, 16u, 24u) + sh)) & 0xfu;
+    uvec4 hb = (uvec4(hi) >> (uvec4(0u, 8u, 16u, 24u) + 2u * k)) & 3u;
+    return vec4(ivec4(lb | (hb << 4)) - 32);
 }
 
 // Elements c..c+3 of the row at byte `row`, type t.
@@ -116,10 +129,7 @@ vec4 wload4(uint t, uint row, uint c) {
         uint l = r & 31u;
         uint lo = q_word(b + 64u * n + l + ((k & 1u) == 1u ? 32u : 0u));
         uint hi = q_word(b + 128u + 32u * n + l);
-        uint sh = (k >= 2u) ? 4u : 0u;
-        uvec4 lb = (uvec4(lo) >> (uvec4(0u, 8u, 16u, 24u) + sh)) & 0xfu;
-        uvec4 hb = (uvec4(hi) >> (uvec4(0u, 8u, 16u, 24u) + 2u * k)) & 3u;
-        vec4 q = vec4(ivec4(lb | (hb << 4)) - 32);
+        vec4 q = q6k_values(lo, k >= 2u ? 4u : 0u, hi, k);
         uint si = b + 192u + 8u * n + l / 16u + 2u * k;
         float sc = float(int(q_byte(si) << 24) >> 24);
         return (q_half(b + 208u) * sc) * q;
