@@ -66,10 +66,6 @@ pub struct Slot {
     /// Whether the command buffer's dispatches get timestamps (a primary one of a queue
     /// family that writes them), set when the slot is claimed.
     timed: AtomicBool,
-    /// When a recording begun without the lock began (0: none is pending), and when it ended
-    /// (0: not yet), until a drain hands both to the state.
-    begun_ns: AtomicU64,
-    ended_ns: AtomicU64,
     timing: Mutex<Timing>,
 }
 
@@ -84,24 +80,19 @@ impl Default for Slot {
             pipeline: AtomicU64::new(0),
             label_op: AtomicU32::new(UNRESOLVED),
             timed: AtomicBool::new(false),
-            begun_ns: AtomicU64::new(0),
-            ended_ns: AtomicU64::new(0),
             timing: Mutex::new(Timing::default()),
         }
     }
 }
 
 /// What a drained slot held: counters to add, the recording's running signature and work hash
-/// (zero when nothing was recorded), the last pipeline bound, and the times of a recording
-/// begun (and perhaps ended) without the lock, which the state has not seen yet.
+/// (zero when nothing was recorded), and the last pipeline bound.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Drained {
     pub counters: Counters,
     pub signature: u64,
     pub work: u64,
     pub pipeline: Option<u64>,
-    pub begun_ns: Option<u64>,
-    pub ended_ns: Option<u64>,
 }
 
 /// Adds `v` to an atomic that only the recording thread writes (see the module's doc).
@@ -172,33 +163,6 @@ impl Slot {
             .store(op.unwrap_or(UNRESOLVED), Ordering::Relaxed);
     }
 
-    /// A recording begun at `now_ns` without the lock: what the slot held is forgotten (the
-    /// previous recording is gone), and the begin waits in the slot for the next drain. Only
-    /// for a slot with no such begin pending ([`Self::begin_pending`]).
-    #[inline]
-    pub fn begin(&self, now_ns: u64) {
-        self.take();
-        self.begun_ns.store(now_ns.max(1), Ordering::Relaxed);
-        self.ended_ns.store(0, Ordering::Relaxed);
-    }
-
-    /// True when a recording begun without the lock is waiting for a drain.
-    #[inline]
-    pub fn begin_pending(&self) -> bool {
-        self.begun_ns.load(Ordering::Relaxed) != 0
-    }
-
-    /// The recording begun without the lock ended at `now_ns`; false (nothing changed) when the
-    /// slot holds no such recording, which then ends under the lock.
-    #[inline]
-    pub fn end(&self, now_ns: u64) -> bool {
-        if !self.begin_pending() || self.ended_ns.load(Ordering::Relaxed) != 0 {
-            return false;
-        }
-        self.ended_ns.store(now_ns.max(1), Ordering::Relaxed);
-        true
-    }
-
     /// Whether the command buffer's dispatches are timed.
     #[inline]
     pub fn timed(&self) -> bool {
@@ -221,28 +185,16 @@ impl Slot {
     /// drained under the same Vulkan rule as it is written (its command buffer, or the pool it
     /// came from, used by one thread at a time), after the recording thread's last write.
     fn take(&self) -> Drained {
+        if self.signature.load(Ordering::Relaxed) == 0
+            && self.n.iter().all(|a| a.load(Ordering::Relaxed) == 0)
+        {
+            return Drained::default();
+        }
         let take = |a: &AtomicU64| {
             let v = a.load(Ordering::Relaxed);
             a.store(0, Ordering::Relaxed);
             v
         };
-        let nonzero = |v: u64| (v != 0).then_some(v);
-        let (begun_ns, ended_ns) = match nonzero(self.begun_ns.load(Ordering::Relaxed)) {
-            Some(b) => {
-                self.begun_ns.store(0, Ordering::Relaxed);
-                (Some(b), nonzero(take(&self.ended_ns)))
-            }
-            None => (None, None),
-        };
-        if self.signature.load(Ordering::Relaxed) == 0
-            && self.n.iter().all(|a| a.load(Ordering::Relaxed) == 0)
-        {
-            return Drained {
-                begun_ns,
-                ended_ns,
-                ..Drained::default()
-            };
-        }
         let n = |c: Counted| take(&self.n[c as usize]);
         let counters = Counters {
             dispatches: n(Counted::Dispatch),
@@ -261,19 +213,6 @@ impl Slot {
             signature: take(&self.signature),
             work: take(&self.work),
             pipeline: (pipeline != 0).then_some(pipeline),
-            begun_ns,
-            ended_ns,
-        }
-    }
-}
-
-impl Drained {
-    /// The recording's begin and end without its commands (a recording that is gone).
-    pub fn times_only(self) -> Drained {
-        Drained {
-            begun_ns: self.begun_ns,
-            ended_ns: self.ended_ns,
-            ..Drained::default()
         }
     }
 }
@@ -347,13 +286,13 @@ impl Table {
     }
 
     /// Releases command buffer `key`'s slot (called under the device's lock, once the
-    /// command buffer is freed); what its recording still held, and of its timing.
-    pub fn release(&self, key: u64) -> Option<(Drained, Timing)> {
+    /// command buffer is freed); what its recording still held of its timing.
+    pub fn release(&self, key: u64) -> Option<Timing> {
         let s = self.find(key)?;
-        let d = s.take();
+        s.take();
         let t = s.take_timing();
         s.key.store(FREED, Ordering::Release);
-        Some((d, t))
+        Some(t)
     }
 
     /// Takes command buffer `key`'s recording's timing (`None` without a slot).
@@ -404,33 +343,6 @@ mod tests {
         assert_eq!(d.pipeline, Some(77));
         assert_ne!(d.signature, 0);
         assert_eq!(t.drain(0xabc), Some(Drained::default()));
-    }
-
-    #[test]
-    fn a_begin_without_the_lock_waits_in_the_slot_with_its_end_until_a_drain() {
-        let t = Table::default();
-        assert!(t.claim_untimed(0xabc));
-        let s = t.find(0xabc).expect("claimed");
-        // What the previous recording left is gone with the new begin.
-        s.count(Counted::Dispatch, 2);
-        assert!(!s.end(5), "no begin is pending: the end goes under the lock");
-        s.begin(10);
-        assert!(s.begin_pending());
-        s.count(Counted::Dispatch, 2);
-        assert!(s.end(25));
-        assert!(!s.end(30), "a recording ends once");
-        let d = t.drain(0xabc).expect("claimed");
-        assert_eq!((d.begun_ns, d.ended_ns), (Some(10), Some(25)));
-        assert_eq!(d.counters.dispatches, 1);
-        assert!(!s.begin_pending());
-        assert_eq!(t.drain(0xabc), Some(Drained::default()));
-        // A recording drained while it is still open (a primary executing secondaries).
-        s.begin(40);
-        let d = t.drain(0xabc).expect("claimed");
-        assert_eq!((d.begun_ns, d.ended_ns), (Some(40), None));
-        assert!(!s.end(50), "once drained, the recording ends under the lock");
-        let (d, _) = t.release(0xabc).expect("claimed");
-        assert_eq!(d, Drained::default());
     }
 
     #[test]

@@ -8,8 +8,6 @@ use std::ffi::{CStr, c_void};
 
 use ash::vk::{self, Handle};
 
-use std::sync::atomic::Ordering;
-
 use super::{DeviceData, Inner, dev, now_ns, slice};
 use crate::state::{Cmd, Level, Stamp};
 
@@ -65,8 +63,8 @@ pub(super) unsafe extern "system" fn destroy_command_pool(
         let mut g = d.lock();
         for c in g.state.cmds_of_pool(pool.as_raw()) {
             d.read_unread(&mut g, c);
-            d.release(&mut g, c);
             g.state.free_cmd(c);
+            d.release(&mut g, c);
         }
         g.state.forget_pool(pool.as_raw());
     }
@@ -86,9 +84,6 @@ pub(super) unsafe extern "system" fn reset_command_pool(
     };
     {
         let mut g = d.lock();
-        for c in d.unsettled_in_pool(&g, pool.as_raw()) {
-            d.discard(&mut g, c);
-        }
         for c in g.state.begun_in_pool(pool.as_raw()) {
             d.read_unread(&mut g, c);
             g.state.reset_cmd(c);
@@ -142,8 +137,8 @@ pub(super) unsafe extern "system" fn free_command_buffers(
         let mut g = d.lock();
         for cb in slice(cbs, count) {
             d.read_unread(&mut g, cb.as_raw());
-            d.release(&mut g, cb.as_raw());
             g.state.free_cmd(cb.as_raw());
+            d.release(&mut g, cb.as_raw());
         }
     }
     f(device, pool, count, cbs);
@@ -163,18 +158,6 @@ pub(super) unsafe extern "system" fn begin_command_buffer(
     d.prefetch_slot(cb);
     let r = f(cb, info);
     if r == vk::Result::SUCCESS {
-        // Below the command-buffer level the begin waits in the slot for the next drain,
-        // unless one already does (a recording begun again before anything drained it).
-        if d.unlocked_recording()
-            && let Some(s) = d.slot(cb)
-            && !s.begin_pending()
-        {
-            s.begin(t0);
-            d.begun.fetch_add(1, Ordering::Relaxed);
-            d.open_recordings.fetch_add(1, Ordering::Relaxed);
-            d.unsettled.fetch_add(1, Ordering::Relaxed);
-            return r;
-        }
         let k = cb.as_raw();
         let mut g = d.lock();
         d.read_unread(&mut g, k);
@@ -201,13 +184,6 @@ pub(super) unsafe extern "system" fn end_command_buffer(cb: vk::CommandBuffer) -
     let Some(f) = d.next.end_command_buffer else {
         return vk::Result::ERROR_INITIALIZATION_FAILED;
     };
-    if d.unlocked_recording()
-        && let Some(s) = d.slot(cb)
-        && s.end(now_ns())
-    {
-        d.open_recordings.fetch_sub(1, Ordering::Relaxed);
-        return f(cb);
-    }
     {
         let k = cb.as_raw();
         let mut g = d.lock();

@@ -251,9 +251,6 @@ pub(super) unsafe extern "system" fn create_device(
         level,
         recordings: Some(Table::default()),
         descriptor_writes: AtomicU64::new(0),
-        begun: AtomicU64::new(0),
-        open_recordings: AtomicU64::new(0),
-        unsettled: AtomicU64::new(0),
         clock,
         inner: Mutex::new(Inner {
             state,

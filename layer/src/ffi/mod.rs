@@ -396,13 +396,6 @@ struct DeviceData {
     recordings: Option<Table>,
     /// Descriptor writes not yet added to the state (counted without the lock).
     descriptor_writes: AtomicU64,
-    /// Command buffers begun without the lock, not yet added to the state.
-    begun: AtomicU64,
-    /// Recordings begun without the lock that have not ended, and that the state has not
-    /// seen yet (they nest the descriptors spans the program makes meanwhile).
-    open_recordings: AtomicU64,
-    /// Slots holding a begin that skipped the lock, not yet drained.
-    unsettled: AtomicU64,
     /// At the dispatch level on a device with shader clocks: their state ([`clock`]).
     clock: Option<clock::ShaderClock>,
     inner: Mutex<Inner>,
@@ -438,48 +431,18 @@ impl DeviceData {
         self.recordings.as_ref()?.find(cb.as_raw())
     }
 
-    /// True when a begin or end of `cmd` may skip the lock: below the command-buffer level
-    /// neither writes a timestamp nor times the recording, so what the state does for them
-    /// can wait in the slot until the next drain ([`Self::drain`]).
-    #[inline]
-    fn unlocked_recording(&self) -> bool {
-        matches!(self.level, Level::Off | Level::Submit)
-    }
-
-    /// Moves what `cmd` recorded without the lock into the state: first a begin that skipped
-    /// the lock (the state starts the recording), then the commands, then its end (the
-    /// recording's host span). A recording that is still open goes on under the lock.
+    /// Moves what `cmd` recorded without the lock into the state.
     fn drain(&self, g: &mut Inner, cmd: u64) {
         if let Some(d) = self.recordings.as_ref().and_then(|t| t.drain(cmd)) {
-            self.settle(g, cmd, d);
-        }
-    }
-
-    /// Hands `d`, drained from `cmd`'s slot, to the state.
-    fn settle(&self, g: &mut Inner, cmd: u64, d: crate::recording::Drained) {
-        if let Some(begun) = d.begun_ns {
-            self.unsettled.fetch_sub(1, Ordering::Relaxed);
-            g.state.begun_cmd(cmd, begun);
-            if d.ended_ns.is_none() {
-                self.open_recordings.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        g.state.drained(cmd, d);
-        if let (Some(_), Some(ended)) = (d.begun_ns, d.ended_ns) {
-            g.state.end_cmd(cmd, ended);
+            g.state.drained(cmd, d);
         }
     }
 
     /// Forgets what `cmd` recorded without the lock (its recording is gone), freeing the
-    /// timestamp pairs its timing held (only the dispatch level times recordings). A begin
-    /// that skipped the lock still reaches the state, as the recording it started.
+    /// timestamp pairs its timing held (only the dispatch level times recordings).
     fn discard(&self, g: &mut Inner, cmd: u64) {
         if let Some(t) = &self.recordings {
-            if let Some(d) = t.drain(cmd)
-                && d.begun_ns.is_some()
-            {
-                self.settle(g, cmd, d.times_only());
-            }
+            t.drain(cmd);
             if self.level == Level::Dispatch
                 && let Some(timing) = t.take_timing(cmd)
             {
@@ -488,31 +451,11 @@ impl DeviceData {
         }
     }
 
-    /// Releases `cmd`'s slot (the command buffer is about to be freed): a begin that skipped
-    /// the lock still reaches the state, with its recording's host span if it ended.
+    /// Releases `cmd`'s slot (the command buffer is freed).
     fn release(&self, g: &mut Inner, cmd: u64) {
-        if let Some((d, timing)) = self.recordings.as_ref().and_then(|t| t.release(cmd)) {
-            if d.begun_ns.is_some() {
-                self.settle(g, cmd, d.times_only());
-            }
+        if let Some(timing) = self.recordings.as_ref().and_then(|t| t.release(cmd)) {
             g.state.discard_timing(timing);
         }
-    }
-
-    /// The command buffers of `pool` whose slots hold a begin that skipped the lock (none
-    /// are looked for when no slot does).
-    fn unsettled_in_pool(&self, g: &Inner, pool: u64) -> Vec<u64> {
-        let Some(t) = &self.recordings else {
-            return Vec::new();
-        };
-        if self.unsettled.load(Ordering::Relaxed) == 0 {
-            return Vec::new();
-        }
-        g.state
-            .cmds_of_pool(pool)
-            .into_iter()
-            .filter(|&c| t.find(c).is_some_and(Slot::begin_pending))
-            .collect()
     }
 
     /// Hands the timing `cmd`'s slot recorded to the state (the recording ended; only the
@@ -526,16 +469,11 @@ impl DeviceData {
         }
     }
 
-    /// Adds the descriptor writes and command buffer begins counted without the lock to the
-    /// open group.
-    fn drain_counts(&self, g: &mut Inner) {
+    /// Adds the descriptor writes counted without the lock to the open group.
+    fn drain_descriptor_writes(&self, g: &mut Inner) {
         let n = self.descriptor_writes.swap(0, Ordering::Relaxed);
         if n > 0 {
             g.state.descriptor_writes(n);
-        }
-        let n = self.begun.swap(0, Ordering::Relaxed);
-        if n > 0 {
-            g.state.command_buffers_begun(n);
         }
     }
 
@@ -583,7 +521,7 @@ impl DeviceData {
 
     /// Closes the open wait group with a wait of `kind` at `end` and hands it to the writer.
     fn close(&self, g: &mut Inner, kind: &'static str, end: u64) {
-        self.drain_counts(g);
+        self.drain_descriptor_writes(g);
         if let Some(c) = g.state.close_group(kind, end) {
             self.announce(g);
             self.out.group(c);

@@ -27,8 +27,7 @@ pub(super) unsafe extern "system" fn allocate_descriptor_sets(
         g.state
             .descriptor_sets_allocated((*info).descriptor_set_count as u64);
     }
-    let open = d.open_recordings.load(Ordering::Relaxed) > 0;
-    g.state.host_span_within(Host::Descriptors, t0, t1, open);
+    g.state.host_span(Host::Descriptors, t0, t1);
     r
 }
 

@@ -87,7 +87,7 @@ impl DeviceData {
         t0: u64,
     ) -> Option<(vk::CommandBuffer, vk::CommandBuffer)> {
         let mut g = self.lock();
-        self.drain_counts(&mut g);
+        self.drain_descriptor_writes(&mut g);
         for cmd in batches.iter().flatten() {
             self.drain(&mut g, *cmd);
         }

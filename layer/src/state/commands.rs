@@ -176,21 +176,8 @@ impl DeviceState {
 
     /// `vkBeginCommandBuffer` (an implicit reset): counts it and starts a new recording.
     pub fn begin_cmd(&mut self, cmd: u64, now_ns: u64) {
-        self.command_buffers_begun(1);
-        self.begun_cmd(cmd, now_ns);
-    }
-
-    /// Counts `n` command buffers begun (those begun without the lock are counted when the
-    /// state drains the device's count: [`crate::recording`]).
-    pub fn command_buffers_begun(&mut self, n: u64) {
-        self.group.counters.command_buffers_begun += n;
-        self.total.command_buffers_begun += n;
-    }
-
-    /// Starts a new recording of `cmd`, begun at `now_ns`, without counting the begin: what
-    /// [`Self::begin_cmd`] does, and what a recording begun without the lock does to the
-    /// state once its slot is drained.
-    pub fn begun_cmd(&mut self, cmd: u64, now_ns: u64) {
+        self.group.counters.command_buffers_begun += 1;
+        self.total.command_buffers_begun += 1;
         self.cmds.entry(cmd).or_default();
         if let Some(c) = self.clear_recording(cmd) {
             c.record_start_ns = Some(now_ns);

@@ -364,13 +364,7 @@ impl DeviceState {
     /// A host span of a call that took `start_ns..end_ns`: `descriptors` calls nest inside a
     /// recording when one is open.
     pub fn host_span(&mut self, name: Host, start_ns: u64, end_ns: u64) {
-        self.host_span_within(name, start_ns, end_ns, false);
-    }
-
-    /// [`Self::host_span`], where `recording` says that a recording the state does not know
-    /// of yet is open (one begun without the lock: [`crate::recording`]).
-    pub fn host_span_within(&mut self, name: Host, start_ns: u64, end_ns: u64, recording: bool) {
-        let depth = if name == Host::Descriptors && (recording || self.recording > 0) {
+        let depth = if name == Host::Descriptors && self.recording > 0 {
             2
         } else {
             1
