@@ -27,12 +27,13 @@ repeats=${3:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# "WALL_US ENQUEUE_US CALL_US" of a trace's decode steps (the first 2 skipped): medians of the
-# steps' wall and host enqueue times, and the enqueue made of per-call medians (for each kind of
-# enqueue span, record, descriptors and submit, its median duration over all the run's calls times
-# its calls per step). On lavapipe a submit takes 2 us or 300 us depending on whether the driver's
-# queue thread was asleep, so a step's sum moves with the scheduler; the per-call medians do not,
-# and they are where the layer's own time per call shows.
+# "WALL_US ENQUEUE_US CALL_US FAST_PERCENT" of a trace's decode steps (the first 2 skipped):
+# medians of the steps' wall and host enqueue times, the enqueue made of per-call medians (for
+# each kind of enqueue span, record, descriptors and submit, its median duration over all the
+# run's calls times its calls per step), and the share of submits that returned in under 2 us.
+# On lavapipe a submit returns in about 0.3 us or takes 7 to 20 us, in proportions that change
+# from run to run (docs/performance.md, "The decoder under the layer"), so a step's sum moves with
+# them; the per-call medians do not, and they are where the layer's own time per call shows.
 medians() {
   python3 - "$1" <<'PY'
 import json, statistics, sys
@@ -44,9 +45,11 @@ for r in d:
         if name in ("record", "descriptors", "submit"):
             calls.setdefault(name, []).append(dur)
 per_call = sum(statistics.median(v) * len(v) / len(d) for v in calls.values())
+submits = calls.get("submit", [])
+fast = 100 * sum(1 for s in submits if s < 2000) / max(len(submits), 1)
 print(statistics.median(r["wall_ns"] / 1e3 for r in d),
       statistics.median(r["host_enqueue_ns"] / 1e3 for r in d),
-      per_call / 1e3)
+      per_call / 1e3, fast)
 PY
 }
 
@@ -63,8 +66,8 @@ quartiles() {
 
 read -r -a levels <<<"none ${LEVELS:-off submit command-buffer dispatch}"
 read -r -a modes <<<"${MODES:-fused generic}"
-echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer | enqueue by per-call medians, us / token | vs no layer | host enqueue vs no layer, round by round: median (quartiles) |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| preset | layer | wall us / token | vs no layer | host enqueue us / token | vs no layer | enqueue by per-call medians, us / token | vs no layer | host enqueue vs no layer, round by round: median (quartiles) | submits under 2 us |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for mode in "${modes[@]}"; do
   # Repeats outside, levels inside: a slow drift of the shared machine's load reaches every
   # level alike instead of one level's whole block of runs.
@@ -98,6 +101,7 @@ for mode in "${modes[@]}"; do
     us=$(cut -d' ' -f1 <<<"$mine" | median)
     enqueue=$(cut -d' ' -f2 <<<"$mine" | median)
     calls=$(cut -d' ' -f3 <<<"$mine" | median)
+    fast=$(cut -d' ' -f4 <<<"$mine" | median)
     base=${base:-$us}
     base_enqueue=${base_enqueue:-$enqueue}
     base_calls=${base_calls:-$calls}
@@ -110,8 +114,8 @@ for mode in "${modes[@]}"; do
       awk -v a="$(cut -d' ' -f2 <<<"${runs[$level.$rep]}")" \
         -v b="$(cut -d' ' -f2 <<<"${runs[none.$rep]}")" 'BEGIN {print (a / b - 1) * 100}'
     done | quartiles)
-    printf '| %s | %s | %.0f | %s | %.0f | %s | %.0f | %s | %s |\n' "$mode" "$level" "$us" "$rel" "$enqueue" \
-      "$rel_enqueue" "$calls" "$rel_calls" "$rounds"
+    printf '| %s | %s | %.0f | %s | %.0f | %s | %.0f | %s | %s | %.1f%% |\n' "$mode" "$level" "$us" "$rel" \
+      "$enqueue" "$rel_enqueue" "$calls" "$rel_calls" "$rounds" "$fast"
   done
   unset runs
 done
