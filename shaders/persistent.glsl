@@ -265,6 +265,13 @@ layout(push_constant) uniform Push {
 } pc;
 
 shared vec4 xs[XS];
+
+// The staged input row's vec4 v lives at xs[xsw(v)]. In a GGUF-block kernel (WQ = 1) each group
+// of 8 vec4s (32 elements: a Q8_0 block, a Q4_K sub-block) has its vec4s permuted by the group's
+// index, so that lanes taking one block each read the same vec4 of 8 consecutive blocks from 8
+// different banks instead of one (and lanes taking 8 columns each no longer share banks two by
+// two). The f16 kernel keeps the plain layout. Only the staged row's readers and writers use it.
+uint xsw(uint v) { return (WQ == 1u && HIDDEN % 32u == 0u) ? v ^ ((v >> 3) & 7u) : v; }
 shared float red_f[WG];
 shared uint red_u[WG];
 shared bool flag_sh;
@@ -564,7 +571,7 @@ float stage(uint src, uint t, uvec2 norm, uint l) {
             }
         }
         ss += dot(v, v);
-        xs[i] = v * (i == tid ? norm_pf : F32Ref(norm).v4[i]);
+        xs[xsw(i)] = v * (i == tid ? norm_pf : F32Ref(norm).v4[i]);
     }
     float scale = inversesqrt(wg_sum(ss) / float(cols) + EPS);
     barrier();
@@ -622,7 +629,7 @@ float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uvec4 p[PF]) {
     float acc = 0.0;
     if (pre) {
         [[unroll]] for (uint j = 0; j < PF; j++) {
-            if (i < n8) acc += dot8(p[j], xs[2 * i], xs[2 * i + 1]);
+            if (i < n8) acc += dot8(p[j], xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
             i += stride;
         }
     }
@@ -631,12 +638,12 @@ float part_dot(W8Ref w, uint row, uint cols, uint ks, bool pre, uvec4 p[PF]) {
         uvec4 b = w.w8[base + i + stride];
         uvec4 c = w.w8[base + i + 2u * stride];
         uvec4 d = w.w8[base + i + 3u * stride];
-        acc += dot8(a, xs[2 * i], xs[2 * i + 1]);
-        acc += dot8(b, xs[2 * (i + stride)], xs[2 * (i + stride) + 1]);
-        acc += dot8(c, xs[2 * (i + 2u * stride)], xs[2 * (i + 2u * stride) + 1]);
-        acc += dot8(d, xs[2 * (i + 3u * stride)], xs[2 * (i + 3u * stride) + 1]);
+        acc += dot8(a, xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
+        acc += dot8(b, xs[xsw(2 * (i + stride))], xs[xsw(2 * (i + stride) + 1)]);
+        acc += dot8(c, xs[xsw(2 * (i + 2u * stride))], xs[xsw(2 * (i + 2u * stride) + 1)]);
+        acc += dot8(d, xs[xsw(2 * (i + 3u * stride))], xs[xsw(2 * (i + 3u * stride) + 1)]);
     }
-    for (; i < n8; i += stride) acc += dot8(w.w8[base + i], xs[2 * i], xs[2 * i + 1]);
+    for (; i < n8; i += stride) acc += dot8(w.w8[base + i], xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
     return subgroupAdd(acc);
 }
 
@@ -651,8 +658,8 @@ vec2 part_dot2(W8Ref w, uint row0, uint row1, uint cols, uint ks, bool pre, uvec
     if (pre) {
         [[unroll]] for (uint j = 0; j < PF; j++) {
             if (i < n8) {
-                acc.x += dot8(p0[j], xs[2 * i], xs[2 * i + 1]);
-                acc.y += dot8(p1[j], xs[2 * i], xs[2 * i + 1]);
+                acc.x += dot8(p0[j], xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
+                acc.y += dot8(p1[j], xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
             }
             i += stride;
         }
@@ -665,13 +672,13 @@ vec2 part_dot2(W8Ref w, uint row0, uint row1, uint cols, uint ks, bool pre, uvec
         }
         [[unroll]] for (uint k = 0; k < 4u; k++) {
             uint c = i + k * stride;
-            acc.x += dot8(a[k], xs[2 * c], xs[2 * c + 1]);
-            acc.y += dot8(b[k], xs[2 * c], xs[2 * c + 1]);
+            acc.x += dot8(a[k], xs[xsw(2 * c)], xs[xsw(2 * c + 1)]);
+            acc.y += dot8(b[k], xs[xsw(2 * c)], xs[xsw(2 * c + 1)]);
         }
     }
     for (; i < n8; i += stride) {
-        acc.x += dot8(w.w8[base0 + i], xs[2 * i], xs[2 * i + 1]);
-        acc.y += dot8(w.w8[base1 + i], xs[2 * i], xs[2 * i + 1]);
+        acc.x += dot8(w.w8[base0 + i], xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
+        acc.y += dot8(w.w8[base1 + i], xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
     }
     return vec2(subgroupAdd(acc.x), subgroupAdd(acc.y));
 }
@@ -690,10 +697,10 @@ float qdot_lane(uint t, uint rb, uint n8, uint i, uint stride) {
         }
         [[unroll]] for (uint k = 0; k < 4u; k++) {
             uint j = i + k * stride;
-            acc += dot(w[2u * k], xs[2u * j]) + dot(w[2u * k + 1u], xs[2u * j + 1u]);
+            acc += dot(w[2u * k], xs[xsw(2u * j)]) + dot(w[2u * k + 1u], xs[xsw(2u * j + 1u)]);
         }
     }
-    for (; i < n8; i += stride) acc += dot(wload4(t, rb, 8u * i), xs[2u * i]) + dot(wload4(t, rb, 8u * i + 4u), xs[2u * i + 1u]);
+    for (; i < n8; i += stride) acc += dot(wload4(t, rb, 8u * i), xs[xsw(2u * i)]) + dot(wload4(t, rb, 8u * i + 4u), xs[xsw(2u * i + 1u)]);
     return acc;
 }
 
@@ -733,7 +740,7 @@ float qdot32_lane(uint t, uint rb, uint n32, uint i, uint stride) {
     for (; i < n32; i += stride) {
         vec4 w[8];
         wload_run(t, rb, 32u * i, 32u, w);
-        [[unroll]] for (uint k = 0; k < 8u; k++) acc += dot(w[k], xs[8u * i + k]);
+        [[unroll]] for (uint k = 0; k < 8u; k++) acc += dot(w[k], xs[xsw(8u * i + k)]);
     }
     return acc;
 }
@@ -1750,7 +1757,7 @@ void phase_head() {
         for (uint i = tid; i < HIDDEN / 4; i += WG) {
             vec4 v = sum4(res_at(LAYERS % 2u), t * HIDDEN + 4 * i);
             ss += dot(v, v);
-            xs[i] = v * (i == tid ? norm_pf : final_norm4[i]);
+            xs[xsw(i)] = v * (i == tid ? norm_pf : final_norm4[i]);
         }
         float scale = inversesqrt(wg_sum(ss) / float(HIDDEN) + EPS);
         barrier();
@@ -1805,11 +1812,11 @@ void phase_head() {
                 float acc = 0.0;
                 [[unroll]] for (uint c = 0; c < HC; c++) {
                     uint i = lane + c * SG;
-                    if (i < n8) acc += dot8(w[k * HC + c], xs[2 * i], xs[2 * i + 1]);
+                    if (i < n8) acc += dot8(w[k * HC + c], xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
                 }
                 // Rows wider than HC chunks per lane: the rest, one load at a time.
                 if (r < VOCAB) {
-                    for (uint i = lane + HC * SG; i < n8; i += SG) acc += dot8(head8[r * n8 + i], xs[2 * i], xs[2 * i + 1]);
+                    for (uint i = lane + HC * SG; i < n8; i += SG) acc += dot8(head8[r * n8 + i], xs[xsw(2 * i)], xs[xsw(2 * i + 1)]);
                 }
                 float s = subgroupAdd(acc) * scale;
                 if (r < VOCAB) {

@@ -85,8 +85,8 @@ float unit_dot(uint t, uint rb, uint u, uint w[UW]) {
         // Elements e0 .. e0 + 15 (low nibbles) and e0 + 32 .. e0 + 47 (high ones).
         uint e4 = ((u / 8u) * 256u + 64u * m + 16u * h) / 4u;
         [[unroll]] for (uint k = 0; k < 4u; k++) {
-            acc += dot(d0 * q_nibbles(w[4u + k], 0u) - m0, xs[e4 + k]);
-            acc += dot(d1 * q_nibbles(w[4u + k], 4u) - m1, xs[e4 + 8u + k]);
+            acc += dot(d0 * q_nibbles(w[4u + k], 0u) - m0, xs[xsw(e4 + k)]);
+            acc += dot(d1 * q_nibbles(w[4u + k], 4u) - m1, xs[xsw(e4 + 8u + k)]);
         }
     } else {
         uint b = rb + (u / 8u) * 210u, q = u % 8u, n = q / 4u, l0 = 8u * (q % 4u);
@@ -102,7 +102,7 @@ float unit_dot(uint t, uint rb, uint u, uint w[UW]) {
             [[unroll]] for (uint g = 0; g < 2u; g++) {
                 uint lw = (k & 1u) == 0u ? (g == 0u ? qle.x : qle.y) : (g == 0u ? qlo.x : qlo.y);
                 vec4 v = q6k_values(lw, k >= 2u ? 4u : 0u, g == 0u ? qh.x : qh.y, k);
-                acc += dot(s * v, xs[e4 + 8u * k + g]);
+                acc += dot(s * v, xs[xsw(e4 + 8u * k + g)]);
             }
         }
     }
