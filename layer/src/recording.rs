@@ -95,6 +95,14 @@ pub struct Drained {
     pub pipeline: Option<u64>,
 }
 
+impl Drained {
+    /// True when the slot held nothing since its last drain.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        *self == Drained::default()
+    }
+}
+
 /// Adds `v` to an atomic that only the recording thread writes (see the module's doc).
 #[inline]
 fn add(a: &AtomicU64, v: u64) {

@@ -9,6 +9,7 @@ use std::ffi::{CStr, c_void};
 use ash::vk::{self, Handle};
 
 use super::{DeviceData, Inner, dev, now_ns, slice};
+use crate::recording::Slot;
 use crate::state::{Cmd, Level, Stamp};
 
 impl DeviceData {
@@ -222,88 +223,99 @@ pub(super) unsafe extern "system" fn reset_command_buffer(
 
 // ---- recorded commands ------------------------------------------------------------------------
 
-/// Counts `what` in `cb` (in its lock-free slot when it has one) and passes the command down
-/// with `call`.
-#[inline]
-unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
-    let Some(d) = dev(cb) else { return };
-    match d.slot(cb) {
-        Some(s) if s.record(what) => {
-            if matches!(what, Cmd::Transfer) && d.level == Level::Dispatch {
-                s.timing().transfer();
-            }
-        }
-        _ => d.lock().state.record(cb.as_raw(), what),
-    }
-    call(&d.next);
-}
-
-/// A dispatch: counted, and at the dispatch level given the span of its interval
-/// ([`Timing`](crate::state::Timing)): a timestamp is written here only when the interval
-/// starts with this dispatch. A command buffer with a slot takes the device's lock only for a
-/// new block of pairs.
-unsafe fn dispatched(cb: vk::CommandBuffer, call: impl FnOnce(&super::Next)) {
-    let Some(d) = dev(cb) else { return };
-    if let Some(s) = d.slot(cb) {
-        s.record(Cmd::Dispatch);
-        if d.level == Level::Dispatch && s.timed() {
-            d.time_dispatch(cb, s);
-        }
-        call(&d.next);
-        return;
-    }
-    let k = cb.as_raw();
-    {
-        let mut g = d.lock();
-        g.state.record(k, Cmd::Dispatch);
-        if g.state.level == Level::Dispatch && g.state.can_time(k) {
-            let mut s = g.state.dispatch_slot(k);
-            if s.is_none() && d.add_pool(&mut g) {
-                s = g.state.dispatch_slot(k);
-            }
-            if let Some(s) = s {
-                let op = g.state.dispatch_op_of(k);
-                d.announce(&mut g);
-                if let Some(first) = s.reset {
-                    d.reset(&g, cb, first, crate::state::BLOCK_PAIRS);
-                }
-                let clocked = d
-                    .clock
-                    .as_ref()
-                    .and_then(|c| Some((c, c.pipeline(g.state.bound_pipeline(k)?)?)));
-                let fresh = match clocked {
-                    Some((c, _)) => g.state.clocked_stamp(k, s.slot, op, || c.wants_bracket()),
-                    None => g.state.dispatch_stamp(k, s.slot, op),
-                };
-                if fresh {
-                    d.stamp_start(&g, cb, s.slot);
-                }
-                if let Some((c, target)) = clocked {
-                    c.arm(&d.next, cb, target, s.slot);
-                }
-            }
-        }
-    }
-    call(&d.next);
-}
-
-/// A command that ends the current interval of dispatches (a barrier): counted, and at the
-/// dispatch level the interval's closing timestamp is written before it.
-unsafe fn closing(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
-    let Some(d) = dev(cb) else { return };
+/// Counts `what`, recorded into `cb`, with what the timestamp level adds to it (a dispatch's
+/// span, the stamp a barrier closes an interval with); the device's data, `None` for a device
+/// the layer does not trace.
+///
+/// One function for every recorded command: a program records right after it waits, with the
+/// caches left cold by the GPU's work (on lavapipe, by the driver's shader threads), and when
+/// each command had its own inlined copy of this code each copy missed the instruction cache
+/// once a recording. Shared, it misses at the recording's first command only; the rare paths
+/// (the dispatch level, a command buffer without a lock-free slot) are out of line.
+#[inline(never)]
+unsafe fn count(cb: vk::CommandBuffer, what: Cmd) -> Option<&'static DeviceData> {
+    let d = dev(cb)?;
     match d.slot(cb) {
         Some(s) if s.record(what) => {
             if d.level == Level::Dispatch {
-                d.close_slot_interval(cb, s);
+                slot_dispatch_level(d, cb, s, what);
             }
         }
-        _ => {
-            let mut g = d.lock();
-            d.close_interval(&mut g, cb);
-            g.state.record(cb.as_raw(), what);
-        }
+        _ => locked_count(d, cb, what),
     }
-    call(&d.next);
+    Some(d)
+}
+
+/// The dispatch level's part of a command counted in `cb`'s lock-free slot `s`.
+#[cold]
+#[inline(never)]
+unsafe fn slot_dispatch_level(d: &DeviceData, cb: vk::CommandBuffer, s: &Slot, what: Cmd) {
+    match what {
+        Cmd::Dispatch if s.timed() => d.time_dispatch(cb, s),
+        Cmd::Transfer => s.timing().transfer(),
+        Cmd::Barrier(_) => d.close_slot_interval(cb, s),
+        _ => {}
+    }
+}
+
+/// A command counted under the device's lock (`cb` has no lock-free slot).
+#[cold]
+#[inline(never)]
+unsafe fn locked_count(d: &DeviceData, cb: vk::CommandBuffer, what: Cmd) {
+    let k = cb.as_raw();
+    let mut g = d.lock();
+    match what {
+        Cmd::Dispatch => locked_dispatch(d, &mut g, cb),
+        Cmd::Barrier(_) => {
+            d.close_interval(&mut g, cb);
+            g.state.record(k, what);
+        }
+        Cmd::BindPipeline(p) => g.state.bind_pipeline(k, p),
+        _ => g.state.record(k, what),
+    }
+}
+
+/// A dispatch recorded under the lock: counted, and at the dispatch level given the span of its
+/// interval ([`Timing`](crate::state::Timing)): a timestamp is written here only when the
+/// interval starts with this dispatch.
+unsafe fn locked_dispatch(d: &DeviceData, g: &mut Inner, cb: vk::CommandBuffer) {
+    let k = cb.as_raw();
+    g.state.record(k, Cmd::Dispatch);
+    if g.state.level != Level::Dispatch || !g.state.can_time(k) {
+        return;
+    }
+    let mut s = g.state.dispatch_slot(k);
+    if s.is_none() && d.add_pool(g) {
+        s = g.state.dispatch_slot(k);
+    }
+    let Some(s) = s else { return };
+    let op = g.state.dispatch_op_of(k);
+    d.announce(g);
+    if let Some(first) = s.reset {
+        d.reset(g, cb, first, crate::state::BLOCK_PAIRS);
+    }
+    let clocked = d
+        .clock
+        .as_ref()
+        .and_then(|c| Some((c, c.pipeline(g.state.bound_pipeline(k)?)?)));
+    let fresh = match clocked {
+        Some((c, _)) => g.state.clocked_stamp(k, s.slot, op, || c.wants_bracket()),
+        None => g.state.dispatch_stamp(k, s.slot, op),
+    };
+    if fresh {
+        d.stamp_start(g, cb, s.slot);
+    }
+    if let Some((c, target)) = clocked {
+        c.arm(&d.next, cb, target, s.slot);
+    }
+}
+
+/// Counts `what` in `cb` ([`count`]) and passes the command down with `call`.
+#[inline(always)]
+unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
+    if let Some(d) = count(cb, what) {
+        call(&d.next);
+    }
 }
 
 pub(super) unsafe extern "system" fn cmd_bind_pipeline(
@@ -311,16 +323,11 @@ pub(super) unsafe extern "system" fn cmd_bind_pipeline(
     bind_point: vk::PipelineBindPoint,
     pipeline: vk::Pipeline,
 ) {
-    let Some(d) = dev(cb) else { return };
-    if !d
-        .slot(cb)
-        .is_some_and(|s| s.record(Cmd::BindPipeline(pipeline.as_raw())))
-    {
-        d.lock().state.bind_pipeline(cb.as_raw(), pipeline.as_raw());
-    }
-    if let Some(f) = d.next.cmd_bind_pipeline {
-        f(cb, bind_point, pipeline);
-    }
+    recorded(cb, Cmd::BindPipeline(pipeline.as_raw()), |n| {
+        if let Some(f) = n.cmd_bind_pipeline {
+            f(cb, bind_point, pipeline);
+        }
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -383,7 +390,7 @@ pub(super) unsafe extern "system" fn cmd_push_descriptor_set_khr(
 }
 
 pub(super) unsafe extern "system" fn cmd_dispatch(cb: vk::CommandBuffer, x: u32, y: u32, z: u32) {
-    dispatched(cb, |n| {
+    recorded(cb, Cmd::Dispatch, |n| {
         if let Some(f) = n.cmd_dispatch {
             f(cb, x, y, z);
         }
@@ -399,7 +406,7 @@ pub(super) unsafe extern "system" fn cmd_dispatch_base(
     y: u32,
     z: u32,
 ) {
-    dispatched(cb, |n| {
+    recorded(cb, Cmd::Dispatch, |n| {
         if let Some(f) = n.cmd_dispatch_base {
             f(cb, bx, by, bz, x, y, z);
         }
@@ -411,7 +418,7 @@ pub(super) unsafe extern "system" fn cmd_dispatch_indirect(
     buffer: vk::Buffer,
     offset: vk::DeviceSize,
 ) {
-    dispatched(cb, |n| {
+    recorded(cb, Cmd::Dispatch, |n| {
         if let Some(f) = n.cmd_dispatch_indirect {
             f(cb, buffer, offset);
         }
@@ -520,7 +527,7 @@ pub(super) unsafe extern "system" fn cmd_pipeline_barrier(
     img: *const vk::ImageMemoryBarrier<'_>,
 ) {
     let n = mem_count as u64 + buf_count as u64 + img_count as u64;
-    closing(cb, Cmd::Barrier(n), |next| {
+    recorded(cb, Cmd::Barrier(n), |next| {
         if let Some(f) = next.cmd_pipeline_barrier {
             f(
                 cb, src, dst, deps, mem_count, mem, buf_count, buf, img_count, img,
@@ -538,7 +545,7 @@ unsafe fn barrier2(cb: vk::CommandBuffer, info: *const vk::DependencyInfo<'_>, k
             + i.buffer_memory_barrier_count as u64
             + i.image_memory_barrier_count as u64
     };
-    closing(cb, Cmd::Barrier(n), |next| {
+    recorded(cb, Cmd::Barrier(n), |next| {
         let f = if khr {
             next.cmd_pipeline_barrier2_khr
         } else {

@@ -66,6 +66,19 @@ unsafe fn key<H: Handle>(h: H) -> usize {
     if p.is_null() { 0 } else { *p }
 }
 
+/// The `n` command buffers at `p` as the layer's keys (each handle's `as_raw`), in place.
+unsafe fn keys<'a>(p: *const vk::CommandBuffer, n: u32) -> &'a [u64] {
+    const _: () = assert!(
+        std::mem::size_of::<vk::CommandBuffer>() == std::mem::size_of::<u64>()
+            && std::mem::align_of::<vk::CommandBuffer>() == std::mem::align_of::<u64>()
+    );
+    let s = slice(p, n);
+    // SAFETY: a CommandBuffer is a transparent pointer-sized handle (asserted above: the size
+    // and alignment of a u64), and `as_raw` is its bits read as a u64, which any bit pattern is;
+    // the slice borrows the program's array for the call, as `slice` does.
+    std::slice::from_raw_parts(s.as_ptr().cast::<u64>(), s.len())
+}
+
 unsafe fn slice<'a, T>(p: *const T, n: u32) -> &'a [T] {
     if p.is_null() || n == 0 {
         &[]
@@ -433,7 +446,9 @@ impl DeviceData {
 
     /// Moves what `cmd` recorded without the lock into the state.
     fn drain(&self, g: &mut Inner, cmd: u64) {
-        if let Some(d) = self.recordings.as_ref().and_then(|t| t.drain(cmd)) {
+        if let Some(d) = self.recordings.as_ref().and_then(|t| t.drain(cmd))
+            && !d.is_empty()
+        {
             g.state.drained(cmd, d);
         }
     }
@@ -482,10 +497,16 @@ impl DeviceData {
     }
 
     /// Writes the ops and queues the state found since the last call.
+    #[inline]
     fn announce(&self, g: &mut Inner) {
-        if g.state.announce.is_empty() {
-            return;
+        if !g.state.announce.is_empty() {
+            self.announce_found(g);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn announce_found(&self, g: &mut Inner) {
         let device = g.state.index;
         for a in g.state.announce.drain(..) {
             let rec = match a {

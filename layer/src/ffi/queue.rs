@@ -11,7 +11,7 @@ use std::ffi::c_void;
 
 use ash::vk::{self, Handle};
 
-use super::{DeviceData, dev, now_ns, slice};
+use super::{DeviceData, dev, keys, now_ns, slice};
 use crate::state::{Completed, Host, Level, Stamp};
 
 /// Timeline semaphore values signalled by a `VkSubmitInfo` (from its
@@ -77,10 +77,10 @@ impl DeviceData {
     /// Everything a submit does to the state, before the driver gets it: reads what the
     /// submitted command buffers still hold unread, counts the submit, and returns the
     /// wrappers when the submit level wraps it.
-    unsafe fn submitted(
+    unsafe fn submitted<B: AsRef<[u64]>>(
         &self,
         queue: vk::Queue,
-        batches: &[Vec<u64>],
+        batches: &[B],
         fence: vk::Fence,
         signals: &[(u64, u64)],
         wrappable: bool,
@@ -88,14 +88,14 @@ impl DeviceData {
     ) -> Option<(vk::CommandBuffer, vk::CommandBuffer)> {
         let mut g = self.lock();
         self.drain_descriptor_writes(&mut g);
-        for cmd in batches.iter().flatten() {
+        for cmd in batches.iter().flat_map(|b| b.as_ref()) {
             self.drain(&mut g, *cmd);
         }
         let jobs = g.state.resubmitted(batches);
         if !jobs.is_empty() {
             self.read_jobs(&mut g, jobs);
         }
-        let any = batches.iter().any(|b| !b.is_empty());
+        let any = batches.iter().any(|b| !b.as_ref().is_empty());
         let wrapped = if g.state.level == Level::Submit && g.state.timing && wrappable && any {
             self.wrap(&mut g, queue.as_raw())
         } else {
@@ -109,7 +109,7 @@ impl DeviceData {
             signals,
             wrapped.map(|w| w.0),
         );
-        let overdue = g.state.overdue();
+        let overdue = g.state.overdue(queue.as_raw());
         if !overdue.is_empty() {
             self.read_jobs(&mut g, overdue);
         }
@@ -159,21 +159,27 @@ pub(super) unsafe extern "system" fn queue_submit(
     };
     let t0 = now_ns();
     let infos = slice(submits, count);
-    let batches: Vec<Vec<u64>> = infos
-        .iter()
-        .map(|s| {
-            slice(s.p_command_buffers, s.command_buffer_count)
-                .iter()
-                .map(|c| c.as_raw())
-                .collect()
-        })
-        .collect();
+    // The command buffers' keys, in place: a submit allocates nothing for them.
+    let mut inline: [&[u64]; 4] = [&[]; 4];
+    let heap: Vec<&[u64]>;
+    let batches: &[&[u64]] = if infos.len() <= inline.len() {
+        for (b, s) in inline.iter_mut().zip(infos) {
+            *b = keys(s.p_command_buffers, s.command_buffer_count);
+        }
+        &inline[..infos.len()]
+    } else {
+        heap = infos
+            .iter()
+            .map(|s| keys(s.p_command_buffers, s.command_buffer_count))
+            .collect();
+        &heap
+    };
     let mut signals = Vec::new();
     for s in infos {
         timeline_signals(s, &mut signals);
     }
     let wrappable = !infos.iter().any(|s| device_group(s.p_next));
-    let r = match d.submitted(queue, &batches, fence, &signals, wrappable, t0) {
+    let r = match d.submitted(queue, batches, fence, &signals, wrappable, t0) {
         Some((start, end)) => {
             // The layer's command buffers go first into the first batch with command buffers
             // and last into the last one.

@@ -64,6 +64,22 @@ pub struct CmdState {
     begun: bool,
 }
 
+/// Command buffer `cmd`'s state. Every lookup of the per-command-buffer map goes through this
+/// one out-of-line copy of the map's probe, as every creation goes through [`cmd_entry`]: a
+/// command buffer is looked up several times a record-submit-wait cycle, in different
+/// functions, and a copy of the probe inlined into each missed the instruction cache in each
+/// (a program records right after it waits, with the caches cold).
+#[inline(never)]
+pub(super) fn cmd_mut(cmds: &mut FastMap<u64, CmdState>, cmd: u64) -> Option<&mut CmdState> {
+    cmds.get_mut(&cmd)
+}
+
+/// Command buffer `cmd`'s state, created empty if the layer did not see it allocated.
+#[inline(never)]
+pub(super) fn cmd_entry(cmds: &mut FastMap<u64, CmdState>, cmd: u64) -> &mut CmdState {
+    cmds.entry(cmd).or_default()
+}
+
 impl DeviceState {
     pub fn add_pool(&mut self, pool: u64, family: u32) {
         self.pool_family.insert(pool, family);
@@ -86,7 +102,7 @@ impl DeviceState {
     pub fn begun_in_pool(&mut self, pool: u64) -> Vec<u64> {
         let mut v = self.pool_begun.remove(&pool).unwrap_or_default();
         v.retain(|k| {
-            self.cmds.get_mut(k).is_some_and(|c| {
+            cmd_mut(&mut self.cmds, *k).is_some_and(|c| {
                 let mine = c.pool == pool && c.begun;
                 c.begun = false;
                 mine
@@ -136,7 +152,7 @@ impl DeviceState {
         if !self.level.stamps_command_buffers() {
             return None;
         }
-        let c = self.cmds.get_mut(&cmd)?;
+        let c = cmd_mut(&mut self.cmds, cmd)?;
         let sub = c.unread.take()?;
         Some(ReadJob {
             sub,
@@ -148,20 +164,43 @@ impl DeviceState {
     /// Forgets the recording of `cmd` (its stamps must have been read: [`Self::unread_of`]);
     /// its slots go back to the free list.
     fn clear_recording(&mut self, cmd: u64) -> Option<&mut CmdState> {
-        let c = self.cmds.get_mut(&cmd)?;
+        let c = cmd_mut(&mut self.cmds, cmd)?;
         if c.record_start_ns.take().is_some() {
             self.recording = self.recording.saturating_sub(1);
         }
+        if !(c.blocks.is_empty() && c.timing.blocks.is_empty() && c.stamps.is_empty()) {
+            self.free_pairs(cmd);
+        }
+        // Field by field, keeping the lists' room: a command buffer begins after every wait,
+        // and rebuilding the whole state (dropping the old one) was code enough to miss the
+        // instruction cache at each begin.
+        let c = cmd_mut(&mut self.cmds, cmd)?;
+        c.counters = Counters::default();
+        c.signature = 0;
+        c.work = 0;
+        c.labels.clear();
+        c.pipeline = None;
+        c.op_cache = None;
+        c.stamps.clear();
+        if !c.timing.is_empty() {
+            c.timing.clear();
+        }
+        c.blocks.clear();
+        c.timed_dispatches = 0;
+        c.unread = None;
+        Some(c)
+    }
+
+    /// Returns the timestamp pairs `cmd`'s recording holds to the free list (the dispatch
+    /// level's blocks of pairs, or the other levels' stamps' pairs), leaving its lists empty.
+    #[cold]
+    fn free_pairs(&mut self, cmd: u64) {
+        let Some(c) = cmd_mut(&mut self.cmds, cmd) else {
+            return;
+        };
         let mut blocks = std::mem::take(&mut c.blocks);
         blocks.append(&mut c.timing.blocks);
         let stamps = std::mem::take(&mut c.stamps);
-        let (pool, secondary, begun) = (c.pool, c.secondary, c.begun);
-        *c = CmdState {
-            pool,
-            secondary,
-            begun,
-            ..CmdState::default()
-        };
         if self.level == Level::Dispatch {
             for b in blocks {
                 self.slots.put(b);
@@ -171,14 +210,13 @@ impl DeviceState {
                 self.slots.put(s.slot);
             }
         }
-        self.cmds.get_mut(&cmd)
     }
 
     /// `vkBeginCommandBuffer` (an implicit reset): counts it and starts a new recording.
     pub fn begin_cmd(&mut self, cmd: u64, now_ns: u64) {
         self.group.counters.command_buffers_begun += 1;
         self.total.command_buffers_begun += 1;
-        self.cmds.entry(cmd).or_default();
+        cmd_entry(&mut self.cmds, cmd);
         if let Some(c) = self.clear_recording(cmd) {
             c.record_start_ns = Some(now_ns);
             if !c.begun {
@@ -202,17 +240,17 @@ impl DeviceState {
     }
 
     pub fn end_cmd(&mut self, cmd: u64, now_ns: u64) {
-        let Some(c) = self.cmds.get_mut(&cmd) else {
+        let Some(c) = cmd_mut(&mut self.cmds, cmd) else {
             return;
         };
         if self.level == Level::Dispatch {
             let mut timing = std::mem::take(&mut c.timing);
             self.absorb(cmd, &mut timing);
-            if let Some(c) = self.cmds.get_mut(&cmd) {
+            if let Some(c) = cmd_mut(&mut self.cmds, cmd) {
                 c.timing = timing;
             }
         }
-        let Some(c) = self.cmds.get_mut(&cmd) else {
+        let Some(c) = cmd_mut(&mut self.cmds, cmd) else {
             return;
         };
         // A command-buffer stamp covers every dispatch recorded into it.
@@ -232,7 +270,7 @@ impl DeviceState {
 
     /// Counts a command recorded into `cmd`.
     pub fn record(&mut self, cmd: u64, what: Cmd) {
-        let c = self.cmds.entry(cmd).or_default();
+        let c = cmd_entry(&mut self.cmds, cmd);
         let code = what.code();
         c.signature = mix(c.signature, code);
         c.work = c.work.wrapping_add(mix(0, code));
@@ -265,7 +303,7 @@ impl DeviceState {
                 None => continue,
             };
             self.record(cmd, Cmd::Execute(sig));
-            if let Some(c) = self.cmds.get_mut(&cmd) {
+            if let Some(c) = cmd_mut(&mut self.cmds, cmd) {
                 c.counters.add(&counters);
                 c.work = c.work.wrapping_add(work);
             }
@@ -273,7 +311,7 @@ impl DeviceState {
     }
 
     pub fn bind_pipeline(&mut self, cmd: u64, pipeline: u64) {
-        if let Some(c) = self.cmds.get_mut(&cmd) {
+        if let Some(c) = cmd_mut(&mut self.cmds, cmd) {
             c.pipeline = Some(pipeline);
             c.op_cache = None;
         }
@@ -282,7 +320,7 @@ impl DeviceState {
 
     /// What `cmd` recorded without the lock ([`crate::recording`]) since its last drain.
     pub fn drained(&mut self, cmd: u64, d: crate::recording::Drained) {
-        let c = self.cmds.entry(cmd).or_default();
+        let c = cmd_entry(&mut self.cmds, cmd);
         c.counters.add(&d.counters);
         if d.signature != 0 {
             c.signature = mix(c.signature, d.signature);
@@ -333,14 +371,14 @@ impl DeviceState {
     }
 
     pub fn push_label(&mut self, cmd: u64, label: String) {
-        if let Some(c) = self.cmds.get_mut(&cmd) {
+        if let Some(c) = cmd_mut(&mut self.cmds, cmd) {
             c.labels.push(label);
             c.op_cache = None;
         }
     }
 
     pub fn pop_label(&mut self, cmd: u64) {
-        if let Some(c) = self.cmds.get_mut(&cmd) {
+        if let Some(c) = cmd_mut(&mut self.cmds, cmd) {
             c.labels.pop();
             c.op_cache = None;
         }
@@ -359,7 +397,7 @@ impl DeviceState {
             (Some(label), _) => self.dispatch_op(&label),
             (None, pipeline) => self.pipeline_op(pipeline.unwrap_or(0)),
         };
-        if let Some(c) = self.cmds.get_mut(&cmd) {
+        if let Some(c) = cmd_mut(&mut self.cmds, cmd) {
             c.op_cache = Some(op);
         }
         op
@@ -369,12 +407,12 @@ impl DeviceState {
     /// device's lock: from its current block, or the first of a new one. `None` when the pools
     /// are full (the caller may add a pool and retry) or `cmd` is unknown.
     pub fn dispatch_slot(&mut self, cmd: u64) -> Option<DispatchSlot> {
-        let c = self.cmds.get_mut(&cmd)?;
+        let c = cmd_mut(&mut self.cmds, cmd)?;
         if let Some(slot) = c.timing.next_pair() {
             return Some(DispatchSlot { slot, reset: None });
         }
         let first = self.slots.take()?;
-        let c = self.cmds.get_mut(&cmd)?;
+        let c = cmd_mut(&mut self.cmds, cmd)?;
         let slot = c.timing.add_block(first, 0);
         Some(DispatchSlot {
             slot,
@@ -384,7 +422,7 @@ impl DeviceState {
 
     /// A region's stamp recorded into `cmd` (the command buffer's).
     pub fn add_stamp(&mut self, cmd: u64, stamp: Stamp) {
-        if let Some(c) = self.cmds.get_mut(&cmd) {
+        if let Some(c) = cmd_mut(&mut self.cmds, cmd) {
             c.stamps.push(stamp);
         }
     }
@@ -422,7 +460,7 @@ impl DeviceState {
     /// the device's lock: its end query, if it has one, and the clocked dispatches' pairs
     /// added to `pairs`.
     pub fn close_bracket(&mut self, cmd: u64, pairs: &mut Vec<u32>) -> Option<u32> {
-        let t = &mut self.cmds.get_mut(&cmd)?.timing;
+        let t = &mut cmd_mut(&mut self.cmds, cmd)?.timing;
         t.clocked_pairs(pairs);
         t.close_bracket()
     }
@@ -431,7 +469,7 @@ impl DeviceState {
     /// caller writes it, bottom of pipe), or `None` when no dispatch was recorded since the
     /// last boundary.
     pub fn close_interval(&mut self, cmd: u64) -> Option<u32> {
-        self.cmds.get_mut(&cmd)?.timing.close()
+        cmd_mut(&mut self.cmds, cmd)?.timing.close()
     }
 
     /// A recording's dispatch-level timing joins `cmd`'s state when the recording ends: its
@@ -445,7 +483,7 @@ impl DeviceState {
                 s.op = op;
             }
         }
-        match self.cmds.get_mut(&cmd) {
+        match cmd_mut(&mut self.cmds, cmd) {
             Some(c) => {
                 c.timed_dispatches += t
                     .stamps

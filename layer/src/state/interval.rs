@@ -133,6 +133,19 @@ impl Timing {
         );
     }
 
+    /// True when the timing holds nothing (as after [`Timing::clear`]).
+    pub fn is_empty(&self) -> bool {
+        self.stamps.is_empty()
+            && self.pipelines.is_empty()
+            && self.blocks.is_empty()
+            && self.open.is_empty()
+            && self.used == 0
+            && self.pool == 0
+            && self.boundary.is_none()
+            && self.bracket.is_none()
+            && self.bracketing.is_none()
+    }
+
     /// Empties the timing for the command buffer's next recording, keeping what its lists
     /// hold room for.
     pub fn clear(&mut self) {

@@ -2,6 +2,7 @@
 //! proves finished, and the stamps to read back then.
 
 use super::*;
+use commands::cmd_mut;
 
 /// A submission on a queue that no wait has proven complete yet.
 #[derive(Clone, Debug)]
@@ -73,9 +74,13 @@ impl DeviceState {
 
     /// Read jobs for the command buffers of a submit that an earlier submission still holds
     /// unread (it is complete: a command buffer is submitted again only once it is).
-    pub fn resubmitted(&mut self, batches: &[Vec<u64>]) -> Vec<ReadJob> {
+    pub fn resubmitted<B: AsRef<[u64]>>(&mut self, batches: &[B]) -> Vec<ReadJob> {
         let mut jobs = Vec::new();
-        for cmd in batches.iter().flatten() {
+        // Only the command-buffer and dispatch levels leave stamps in command buffers.
+        if matches!(self.level, Level::Off | Level::Submit) {
+            return jobs;
+        }
+        for cmd in batches.iter().flat_map(|b| b.as_ref()) {
             if let Some(j) = self.unread_of(*cmd) {
                 jobs.push(j);
             }
@@ -86,10 +91,10 @@ impl DeviceState {
     /// Counts a `vkQueueSubmit` of `batches` (command buffer keys per batch) to `queue`, which
     /// signals `fence` and the timeline semaphore values `signals` when done; `own` is the
     /// layer's submit-level stamp when it wraps this submit. Returns the submission.
-    pub fn submit(
+    pub fn submit<B: AsRef<[u64]>>(
         &mut self,
         queue: u64,
-        batches: &[Vec<u64>],
+        batches: &[B],
         fence: Option<u64>,
         signals: &[(u64, u64)],
         own: Option<Stamp>,
@@ -129,8 +134,8 @@ impl DeviceState {
         let (mut dispatches, mut untimed) = (0u64, 0u64);
         for batch in batches {
             self.group.signature = mix(self.group.signature, 0xba7c4);
-            for cmd in batch {
-                let Some(c) = self.cmds.get_mut(cmd) else {
+            for cmd in batch.as_ref() {
+                let Some(c) = cmd_mut(&mut self.cmds, *cmd) else {
                     continue;
                 };
                 known += 1;
@@ -200,26 +205,22 @@ impl DeviceState {
         sub
     }
 
-    /// Read jobs for submissions that have been in flight so long that the list must shrink
-    /// (a program whose waits the layer cannot interpret): the oldest are read for whatever is
-    /// available.
-    pub fn overdue(&mut self) -> Vec<ReadJob> {
+    /// Read jobs for submissions to `queue` that have been in flight so long that its list
+    /// must shrink (a program whose waits the layer cannot interpret): the oldest are read for
+    /// whatever is available. Only a submit adds to a queue's list, so checking the queue just
+    /// submitted to after each submit keeps every list bounded.
+    pub fn overdue(&mut self, queue: u64) -> Vec<ReadJob> {
         let mut jobs = Vec::new();
-        let over: Vec<u64> = self
-            .queues
-            .iter()
-            .filter(|(_, q)| q.inflight.len() > INFLIGHT_LIMIT)
-            .map(|(&k, _)| k)
-            .collect();
-        for queue in over {
-            let Some(q) = self.queues.get_mut(&queue) else {
-                continue;
-            };
-            let excess = q.inflight.len() - INFLIGHT_LIMIT / 2;
-            let old: Vec<Inflight> = q.inflight.drain(..excess).collect();
-            for f in old {
-                self.jobs_of(f, &mut jobs);
-            }
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return jobs;
+        };
+        if q.inflight.len() <= INFLIGHT_LIMIT {
+            return jobs;
+        }
+        let excess = q.inflight.len() - INFLIGHT_LIMIT / 2;
+        let old: Vec<Inflight> = q.inflight.drain(..excess).collect();
+        for f in old {
+            self.jobs_of(f, &mut jobs);
         }
         jobs
     }
