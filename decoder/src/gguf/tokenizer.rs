@@ -86,7 +86,45 @@ pub struct TokenizerFiles {
     pub tokenizer_config_json: Json,
 }
 
+/// The byte each character of GPT-2's byte-level alphabet stands for (a byte-level BPE
+/// vocabulary writes byte b as itself when it is printable, else as U+0100 onwards, in order).
+fn byte_level_bytes() -> HashMap<char, u8> {
+    let mut map = HashMap::with_capacity(256);
+    let mut shifted = 0u32;
+    for b in 0u32..256 {
+        let printable =
+            (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            shifted += 1;
+            255 + shifted
+        };
+        if let Some(c) = char::from_u32(c) {
+            map.insert(c, b as u8);
+        }
+    }
+    map
+}
+
 impl GgufVocab {
+    /// Ids of the normal tokens whose bytes are not whole UTF-8 text on their own: lone bytes
+    /// and parts of multi-byte characters. (Added and control tokens are written as text.)
+    pub fn partial_utf8_ids(&self) -> Vec<u32> {
+        let bytes_of = byte_level_bytes();
+        self.tokens
+            .iter()
+            .zip(&self.token_types)
+            .enumerate()
+            .filter(|(_, (_, kind))| **kind == token_type::NORMAL)
+            .filter(|(_, (t, _))| {
+                let bytes: Option<Vec<u8>> = t.chars().map(|c| bytes_of.get(&c).copied()).collect();
+                bytes.is_some_and(|b| std::str::from_utf8(&b).is_err())
+            })
+            .map(|(id, _)| id as u32)
+            .collect()
+    }
+
     /// Reads the vocabulary; fails for anything but a byte-level BPE vocabulary.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
         let path = gguf.path();
@@ -459,4 +497,58 @@ fn string_array(gguf: &GgufFile, key: &'static str) -> Result<Vec<String>, Token
         .map(|v| v.as_str().map(str::to_string))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| malformed(gguf.path(), key, "expected an array of strings"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_byte_level_alphabet_covers_every_byte_once() {
+        let map = byte_level_bytes();
+        assert_eq!(map.len(), 256);
+        let mut bytes: Vec<u8> = map.values().copied().collect();
+        bytes.sort_unstable();
+        bytes.dedup();
+        assert_eq!(bytes.len(), 256);
+        // Printable bytes are themselves; the others are written from U+0100 on, in order.
+        assert_eq!(map[&'!'], b'!');
+        assert_eq!(map[&'\u{0100}'], 0x00);
+        assert_eq!(map[&'\u{0120}'], b' ');
+        assert_eq!(map[&'\u{00e4}'], 0xe4);
+    }
+
+    #[test]
+    fn partial_characters_and_lone_bytes_are_found_and_text_is_not() {
+        let tokens = [
+            "\u{0120}the",      // " the"
+            "\u{00c3}\u{00a4}", // C3 A4: "ä", whole
+            "\u{00c3}",         // C3: the first byte of a two-byte character
+            "\u{00e4}\u{00bd}", // E4 BD: two of a three-byte character's bytes
+            "<|im_end|>",       // a control token, written as text
+            "\u{00a4}",         // A4 alone: a continuation byte
+        ];
+        let vocab = GgufVocab {
+            tokens: tokens.iter().map(|t| t.to_string()).collect(),
+            token_types: vec![
+                token_type::NORMAL,
+                token_type::NORMAL,
+                token_type::NORMAL,
+                token_type::NORMAL,
+                token_type::CONTROL,
+                token_type::NORMAL,
+            ],
+            merges: Vec::new(),
+            pre: "qwen2".into(),
+            bos_id: None,
+            eos_id: None,
+            eot_id: None,
+            unk_id: None,
+            pad_id: None,
+            add_bos: false,
+            add_eos: false,
+            chat_template: None,
+        };
+        assert_eq!(vocab.partial_utf8_ids(), vec![2, 3, 5]);
+    }
 }

@@ -120,6 +120,14 @@ pub(super) fn llama_rows(
             .map(|r| r.ids.as_slice())
             .unwrap_or(&[]);
         let (shared, compared) = peer::shared_prefix(&c.tokens, ours);
+        if c.banned_tokens > 0 {
+            eprintln!(
+                "llama.cpp context {}: llama-server refused its greedy text (not valid UTF-8); \
+                 it ran again with the {} tokens that are not whole UTF-8 characters banned",
+                ids.len(),
+                c.banned_tokens
+            );
+        }
         eprintln!(
             "llama.cpp context {}: {:.1} tokens/s (median of {:?}), {shared} of {compared} leading tokens as decodescope",
             ids.len(),
@@ -142,6 +150,7 @@ pub(super) fn llama_rows(
             prompt_tokens_per_s: c.prompt_per_second,
             shared_leading_tokens: shared,
             compared_tokens: compared,
+            banned_tokens: c.banned_tokens,
             ids: c.tokens,
         });
     }

@@ -215,8 +215,16 @@ pub fn peer_table(rows: &[Row], peers: &[peer::PeerRow]) -> String {
         "\n| context | runtime / setting | kv | tokens/s | vs llama.cpp | same leading tokens |\n|---:|---|---|---:|---:|---|\n",
     );
     for p in peers {
+        let note = if p.banned_tokens > 0 {
+            format!(
+                "- (its server refused text that is not valid UTF-8: {} partial-character tokens banned)",
+                p.banned_tokens
+            )
+        } else {
+            "-".into()
+        };
         out.push_str(&format!(
-            "| {} | {} | f16 | {} | 1.00x | - |\n",
+            "| {} | {} | f16 | {} | 1.00x | {note} |\n",
             p.context,
             p.runtime,
             fmt(p.tokens_per_s)
