@@ -122,8 +122,8 @@ pub(super) fn llama_rows(
         let (shared, compared) = peer::shared_prefix(&c.tokens, ours);
         if c.banned_tokens > 0 {
             eprintln!(
-                "llama.cpp context {}: llama-server refused its greedy text (not valid UTF-8); \
-                 it ran again with the {} tokens that are not whole UTF-8 characters banned",
+                "llama.cpp context {}: run with the {} tokens that are not whole UTF-8 characters \
+                 banned (llama-server refuses greedy text that is not valid UTF-8)",
                 ids.len(),
                 c.banned_tokens
             );
