@@ -31,7 +31,9 @@
 #    of the two compares their ops by kind. Both traces go to OUT_DIR as .json.gz.
 # 5. OUT_DIR/capture-llama.md and .json: submits, barriers, descriptor writes and dispatches per
 #    decode token (median over decode steps, the first 2 skipped) of llama.cpp and both presets,
-#    the decode steps the layer found, llama-server's tokens/s at each level against none, and at
+#    the decode steps the layer found, llama-server's tokens/s at each level against none (the
+#    medians of the runs, and round by round: each round's run against the run without the layer
+#    in the same round, whose median and quartiles show how far the rounds spread), and at
 #    each level how many decode steps have a GPU span for every dispatch the step counts and the
 #    host time per token llama-server spent recording, submitting and waiting (the last round's
 #    trace: the layer's own work at each level shows in the first two).
@@ -262,7 +264,7 @@ if first:
 for mode in ("generic", "fused"):
     if os.path.exists(f"{work}/decoder/{mode}.json"):
         rows[f"decoder {mode}"] = summary(f"{work}/decoder/{mode}.json")
-speed, spread, from_log = {}, {}, []
+speed, spread, from_log, by_round = {}, {}, [], {}
 for l in ["none"] + levels:
     runs = []
     for k in range(1, int(repeats) + 1):
@@ -270,11 +272,23 @@ for l in ["none"] + levels:
         if os.path.exists(p):
             timings = json.load(open(p))["timings"]
             runs.append(timings["predicted_per_second"])
+            by_round.setdefault(l, {})[k] = timings["predicted_per_second"]
             if timings.get("from_log") and l not in from_log:
                 from_log.append(l)
     if runs:
         speed[l] = statistics.median(runs)
         spread[l] = (min(runs), max(runs))
+
+
+def round_by_round(l):
+    """Each round's run at `l` against the run without the layer in the same round: the median
+    and quartiles of those changes ("-" for none, or without a pair)."""
+    mine, none = by_round.get(l, {}), by_round.get("none", {})
+    d = sorted(100 * (mine[k] / none[k] - 1) for k in mine if k in none and none[k] > 0)
+    if l == "none" or not d:
+        return "-"
+    q = lambda f: d[min(len(d) - 1, int(f * (len(d) - 1) + 0.5))]
+    return f"{statistics.median(d):+.1f}% ({q(0.25):+.1f}% to {q(0.75):+.1f}%)"
 sums = {l: summary(f"{work}/llama-{l}.json") for l in levels
         if os.path.exists(f"{work}/llama-{l}.json")}
 steps = {l: s["decode_steps"] for l, s in sums.items()}
@@ -288,8 +302,8 @@ for name, r in rows.items():
               f"{r['descriptor_writes']:g} | {r['dispatches']:g} | {r['wall_us']:.0f} |")
 md += ["", f"llama-server tokens/s (its own timings; the median of {repeats} interleaved runs after an "
        "untimed warm-up) at each layer timestamp level:", "",
-       "| layer | tokens/s | min - max | vs no layer | decode steps found | steps with every dispatch timed | GPU spans per step | untimed dispatches | record / submit / wait us per token |",
-       "|---|---|---|---|---|---|---|---|---|"]
+       "| layer | tokens/s | min - max | vs no layer | round by round: median (quartiles) | decode steps found | steps with every dispatch timed | GPU spans per step | untimed dispatches | record / submit / wait us per token |",
+       "|---|---|---|---|---|---|---|---|---|---|"]
 base = speed.get("none")
 for l, v in speed.items():
     rel = f"{(v / base - 1) * 100:+.1f}%" if base else "-"
@@ -299,7 +313,7 @@ for l, v in speed.items():
     spans = "-" if not s else f"{s['spans_per_step']:g}"
     untimed = "-" if not s else str(s["untimed_dispatches"])
     host = "-" if not s else f"{s['record_us']:.0f} / {s['submit_us']:.0f} / {s['wait_us']:.0f}"
-    md.append(f"| {l} | {v:.2f} | {lo:.2f} - {hi:.2f} | {rel} | {steps.get(l, '-')} | {timed} | {spans} | {untimed} | {host} |")
+    md.append(f"| {l} | {v:.2f} | {lo:.2f} - {hi:.2f} | {rel} | {round_by_round(l)} | {steps.get(l, '-')} | {timed} | {spans} | {untimed} | {host} |")
 if from_log:
     md += ["", f"Tokens/s at {', '.join(from_log)} read from llama-server's log (it answered HTTP 500 "
            "after generating: the random text ended inside a UTF-8 character)."]
@@ -336,7 +350,8 @@ if first:
 open(f"{out}/capture-llama.md", "w").write("\n".join(md) + "\n")
 json.dump({"model": model, "context": int(context), "n_predict": int(n_predict),
            "repeats": int(repeats), "per_token": rows, "llama_tokens_per_s": speed,
-           "llama_tokens_per_s_range": spread, "llama_decode_steps": steps,
+           "llama_tokens_per_s_range": spread, "llama_tokens_per_s_by_round": by_round,
+           "llama_decode_steps": steps,
            "llama_perf_logger_gpu_us_per_token": perf,
            "llama_levels": sums},
           open(f"{out}/capture-llama.json", "w"), indent=1)
