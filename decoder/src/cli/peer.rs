@@ -212,32 +212,32 @@ impl Server {
     /// and the tokens it shares with decodescope's end at the first banned one decodescope chose.
     pub fn complete(&self, prompt: &[u32], n_predict: usize) -> anyhow::Result<Completion> {
         // Once a completion needed the ban, every later one runs with it from the start.
-        let known = self.partial_utf8.get().map(Vec::as_slice).unwrap_or(&[]);
-        match self.try_complete(prompt, n_predict, known)? {
-            Ok(c) => Ok(Completion {
-                banned_tokens: known.len(),
-                ..c
-            }),
-            Err(refusal) if !known.is_empty() => bail!(
-                "llama-server /completion answered 500 even with the {} tokens that are not \
-                 whole UTF-8 characters banned: {refusal}",
-                known.len()
-            ),
-            Err(refusal) => {
-                let banned = self.partial_utf8_tokens().with_context(|| {
-                    format!("llama-server refused its own generation ({refusal})")
-                })?;
-                match self.try_complete(prompt, n_predict, banned)? {
-                    Ok(c) => Ok(Completion {
+        let mut banned = self.partial_utf8.get().map(Vec::as_slice).unwrap_or(&[]);
+        loop {
+            match self.try_complete(prompt, n_predict, banned)? {
+                Ok(c) => {
+                    return Ok(Completion {
                         banned_tokens: banned.len(),
                         ..c
-                    }),
-                    Err(again) => bail!(
-                        "llama-server /completion answered 500 even with the {} tokens that are \
-                         not whole UTF-8 characters banned: {again}",
-                        banned.len()
-                    ),
+                    });
                 }
+                Err(refusal) if banned.is_empty() => {
+                    banned = self.partial_utf8_tokens().with_context(|| {
+                        format!("llama-server refused its own generation ({refusal})")
+                    })?;
+                    if banned.is_empty() {
+                        bail!(
+                            "llama-server refused its own generation ({refusal}), and the \
+                             vocabulary of {} has no partial-character tokens to ban",
+                            self.gguf.display()
+                        );
+                    }
+                }
+                Err(refusal) => bail!(
+                    "llama-server /completion answered 500 even with the {} tokens that are not \
+                     whole UTF-8 characters banned: {refusal}",
+                    banned.len()
+                ),
             }
         }
     }

@@ -88,9 +88,8 @@ impl DeviceData {
     ) -> Option<(vk::CommandBuffer, vk::CommandBuffer)> {
         let mut g = self.lock();
         self.drain_descriptor_writes(&mut g);
-        for cmd in batches.iter().flat_map(|b| b.as_ref()) {
-            self.drain(&mut g, *cmd);
-        }
+        // Nothing to drain: a submitted command buffer has ended (Vulkan lets only executable
+        // ones be submitted), and its end drained its slot.
         let jobs = g.state.resubmitted(batches);
         if !jobs.is_empty() {
             self.read_jobs(&mut g, jobs);

@@ -80,6 +80,24 @@ pub(super) fn cmd_entry(cmds: &mut FastMap<u64, CmdState>, cmd: u64) -> &mut Cmd
     cmds.entry(cmd).or_default()
 }
 
+/// Returns the timestamp pairs `c`'s recording holds to the free list (the dispatch level's
+/// blocks of pairs, or the other levels' stamps' pairs), leaving its lists empty.
+#[cold]
+fn free_pairs(c: &mut CmdState, slots: &mut Slots, level: Level) {
+    let mut blocks = std::mem::take(&mut c.blocks);
+    blocks.append(&mut c.timing.blocks);
+    let stamps = std::mem::take(&mut c.stamps);
+    if level == Level::Dispatch {
+        for b in blocks {
+            slots.put(b);
+        }
+    } else {
+        for s in stamps {
+            slots.put(s.slot);
+        }
+    }
+}
+
 impl DeviceState {
     pub fn add_pool(&mut self, pool: u64, family: u32) {
         self.pool_family.insert(pool, family);
@@ -169,12 +187,11 @@ impl DeviceState {
             self.recording = self.recording.saturating_sub(1);
         }
         if !(c.blocks.is_empty() && c.timing.blocks.is_empty() && c.stamps.is_empty()) {
-            self.free_pairs(cmd);
+            free_pairs(c, &mut self.slots, self.level);
         }
         // Field by field, keeping the lists' room: a command buffer begins after every wait,
         // and rebuilding the whole state (dropping the old one) was code enough to miss the
         // instruction cache at each begin.
-        let c = cmd_mut(&mut self.cmds, cmd)?;
         c.counters = Counters::default();
         c.signature = 0;
         c.work = 0;
@@ -189,27 +206,6 @@ impl DeviceState {
         c.timed_dispatches = 0;
         c.unread = None;
         Some(c)
-    }
-
-    /// Returns the timestamp pairs `cmd`'s recording holds to the free list (the dispatch
-    /// level's blocks of pairs, or the other levels' stamps' pairs), leaving its lists empty.
-    #[cold]
-    fn free_pairs(&mut self, cmd: u64) {
-        let Some(c) = cmd_mut(&mut self.cmds, cmd) else {
-            return;
-        };
-        let mut blocks = std::mem::take(&mut c.blocks);
-        blocks.append(&mut c.timing.blocks);
-        let stamps = std::mem::take(&mut c.stamps);
-        if self.level == Level::Dispatch {
-            for b in blocks {
-                self.slots.put(b);
-            }
-        } else {
-            for s in stamps {
-                self.slots.put(s.slot);
-            }
-        }
     }
 
     /// `vkBeginCommandBuffer` (an implicit reset): counts it and starts a new recording.
