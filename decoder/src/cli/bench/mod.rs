@@ -119,7 +119,10 @@ pub struct Args {
     /// Also measure llama.cpp's Vulkan backend in the same run: its `llama-server` binary (or
     /// the folder holding it, as scripts/fetch-llama-server.sh prints) is started on the same
     /// weights exported to GGUF (f16) and asked for greedy completions of the same prompt at
-    /// every context (batch 1); its decode tokens/s goes into the table beside ours.
+    /// every context (batch 1); its decode tokens/s goes into the table beside ours. When the
+    /// server refuses its own greedy text (not valid UTF-8, as random weights produce), the
+    /// completion runs again with the vocabulary's partial-character tokens banned, and the
+    /// table says so.
     #[arg(long, value_name = "PATH", help_heading = "Peers")]
     pub llama_server: Option<PathBuf>,
     /// Completions llama.cpp runs at each context: its row is their median tokens/s (its rate
