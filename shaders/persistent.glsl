@@ -110,7 +110,8 @@
 // the work; the loads change: the matvec rows (QKV, gate/up, lm_head) stride 8 elements per lane
 // as the f16 loads do (32 for Q8_0), the merge reads its OC columns of W_o per row, and the
 // down-projection reads W_down itself (no transposed copy: the file's blocks are the only copy),
-// four consecutive channels of a row per load. Q4_K and Q6_K rows go by persistent_quant.glsl's
+// a workgroup's channels consecutive and a cluster of lanes per output row (persistent_quant.glsl,
+// down_rows). Q4_K and Q6_K rows go by persistent_quant.glsl's
 // units instead, several rows' words in flight at once. The f16 kernel (WQ = 0) compiles none of
 // this and keeps its prefetches and wide loads.
 // Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
@@ -1556,41 +1557,19 @@ void load_down(out uvec2 dw[DE], W4Ref wd, uint i4, uint e0, uint per_wg, uint w
     }
 }
 
-// W_down's row at byte rb (type t, constant at each call) at this workgroup's e_n channels,
-// times their activations (after the staged row in xs): four consecutive channels per load where
-// a pass's slots come in fours (intermediate is a multiple of 8, so a four is all in or all past
-// the last row), four loads issued before their products; else one channel at a time.
-float down_lane(uint t, uint rb, uint e_n, uint per_wg, uint wg_shift) {
-    float acc = 0.0;
-    if (per_wg >= 4u) {
-        uint e = 0u;
-        for (; e + 12u < e_n; e += 16u) {
-            vec4 w[4];
-            [[unroll]] for (uint k = 0; k < 4u; k++) {
-                uint ek = e + 4u * k;
-                uint c = min(pass_row(ek & (per_wg - 1u), per_wg, ek >> wg_shift), INTER - 4u);
-                w[k] = wload4(t, rb, c);
-            }
-            // Channels past the last row read the last four, and their activations are zeros.
-            [[unroll]] for (uint k = 0; k < 4u; k++) acc += dot(w[k], xs[(HIDDEN + e) / 4u + k]);
-        }
-        for (; e < e_n; e += 4u) {
-            uint c = pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift);
-            if (c < INTER) acc += dot(wload4(t, rb, c), xs[(HIDDEN + e) / 4u]);
-        }
-    } else {
-        for (uint e = 0; e < e_n; e++) {
-            uint c = pass_row(e & (per_wg - 1u), per_wg, e >> wg_shift);
-            uint a = HIDDEN + e;
-            if (c < INTER) acc += wload4(t, rb, c & ~3u)[c & 3u] * xs[a / 4u][a % 4u];
-        }
-    }
-    return acc;
+// Row of gate and up of this subgroup in pass j (e_n channels a workgroup): the f16 kernel's
+// passes stride the grid (W_down^T's rows, a contiguous one per channel, do not mind where a
+// workgroup's channels are); in GGUF blocks a workgroup's channels are consecutive, so that its
+// share of each row of W_down is one span (persistent_quant.glsl, down_rows).
+uint mlp_row(uint ks, uint j, uint e_n) {
+    if (WQ == 0u) return mv_row(ks, j);
+    return gl_WorkGroupID.x * e_n + j * (NSG >> findLSB(ks)) + (gl_SubgroupID >> findLSB(ks));
 }
 
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
 // R[cur] + D), kept in shared memory after the staged row; then R[nxt] += W_down[:, those rows]
-// . act with float atomics, read from W_down^T (a contiguous row per channel). The workgroup
+// . act with float atomics, read from W_down^T (a contiguous row per channel; in GGUF blocks from
+// W_down itself, down_rows). The workgroup
 // adds the vec4s of D it owns to R[nxt] as it stages them, so R[nxt] then holds R[cur] + D +
 // down(act).
 void phase_mlp(uint l) {
@@ -1617,7 +1596,7 @@ void phase_mlp(uint l) {
             uvec2 tr[QR];
             uint nr = 0u;
             [[unroll]] for (uint k = 0; k < QR / 2u; k++) {
-                uint r = mv_row(ks, j + k);
+                uint r = mlp_row(ks, j + k, e_n);
                 tr[2u * k] = uvec2(tg, 0u);
                 tr[2u * k + 1u] = uvec2(tu, 0u);
                 if (j + k < passes && r < rows) {
@@ -1630,7 +1609,7 @@ void phase_mlp(uint l) {
             rows_dot(layer_ptr(l, 6u), tr, nr, HIDDEN, ks, s);
             [[unroll]] for (uint k = 0; k < QR / 2u; k++) {
                 if (j + k < passes) {
-                    uint r = mv_row(ks, j + k);
+                    uint r = mlp_row(ks, j + k, e_n);
                     float g = row_total(s[2u * k], ks) * scale;
                     float u = row_total(s[2u * k + 1u], ks) * scale;
                     uint a = HIDDEN + (j + k) * per_wg + (gl_SubgroupID >> findLSB(ks));
@@ -1639,7 +1618,7 @@ void phase_mlp(uint l) {
             }
         }
         for (uint j = 0; !units_gu && j < passes; j++) {
-            uint r = mv_row(ks, j);
+            uint r = mlp_row(ks, j, e_n);
             vec2 gu = vec2(0.0);
             if (r < rows) {
                 if (WQ == 1u) {
@@ -1663,24 +1642,16 @@ void phase_mlp(uint l) {
         if (tid < DE) xs[(HIDDEN + e_n + tid) / 4u][(HIDDEN + e_n + tid) % 4u] = 0.0;
         barrier();
         if (WQ == 1u) {
-            // W_down's rows (output h) in their type, at this workgroup's channels: four
-            // consecutive channels per load where a pass's slots come in fours (intermediate is a
-            // multiple of 8, so a four is all in or all past the last row), else one at a time.
+            // W_down's rows in their type, at this workgroup's channels (down_rows).
             uint td = layer_wt(l, MDOWN), rbd = wt_row_bytes(td, INTER);
+            uint c0 = gl_WorkGroupID.x * e_n;
             qsrc = QRef(layer_ptr(l, 7u));
-            bool groups = per_wg >= 8u && rows_in_units(td);
-            if (groups && td == WT_Q4_K && WT_HAS(WT_Q4_K)) down_groups(WT_Q4_K, rbd, e_n, per_wg, wg_shift);
-            else if (groups && td == WT_Q6_K && WT_HAS(WT_Q6_K)) down_groups(WT_Q6_K, rbd, e_n, per_wg, wg_shift);
-            for (uint h = tid; !groups && h < HIDDEN; h += WG) {
-                float acc;
-                if (td == WT_Q8_0 && WT_HAS(WT_Q8_0)) acc = down_lane(WT_Q8_0, h * rbd, e_n, per_wg, wg_shift);
-                else if (td == WT_Q4_0 && WT_HAS(WT_Q4_0)) acc = down_lane(WT_Q4_0, h * rbd, e_n, per_wg, wg_shift);
-                else if (td == WT_Q4_1 && WT_HAS(WT_Q4_1)) acc = down_lane(WT_Q4_1, h * rbd, e_n, per_wg, wg_shift);
-                else if (td == WT_Q4_K && WT_HAS(WT_Q4_K)) acc = down_lane(WT_Q4_K, h * rbd, e_n, per_wg, wg_shift);
-                else if (td == WT_Q6_K && WT_HAS(WT_Q6_K)) acc = down_lane(WT_Q6_K, h * rbd, e_n, per_wg, wg_shift);
-                else acc = down_lane(WT_F16, h * rbd, e_n, per_wg, wg_shift);
-                xs[h / 4u][h % 4u] = acc;
-            }
+            if (td == WT_Q8_0 && WT_HAS(WT_Q8_0)) down_rows(WT_Q8_0, rbd, c0, e_n);
+            else if (td == WT_Q4_0 && WT_HAS(WT_Q4_0)) down_rows(WT_Q4_0, rbd, c0, e_n);
+            else if (td == WT_Q4_1 && WT_HAS(WT_Q4_1)) down_rows(WT_Q4_1, rbd, c0, e_n);
+            else if (td == WT_Q4_K && WT_HAS(WT_Q4_K)) down_rows(WT_Q4_K, rbd, c0, e_n);
+            else if (td == WT_Q6_K && WT_HAS(WT_Q6_K)) down_rows(WT_Q6_K, rbd, c0, e_n);
+            else down_rows(WT_F16, rbd, c0, e_n);
         }
         for (uint i4 = tid; WQ == 0u && i4 < h4; i4 += WG) {
             vec4 acc = vec4(0.0);

@@ -1,19 +1,20 @@
-// The persistent kernel's reads of Q4_K and Q6_K weights (WQ = 1), included by persistent.glsl
-// after its matvec rows: what each lane loads of a row, in which order, and how many rows' loads
-// it has in flight. quant.glsl's block layouts and arithmetic (the CPU reference's,
-// decoder/src/gguf/dequant.rs) are the contract; only the grouping of the loads is new here.
+// The persistent kernel's grouped reads of weights in GGUF blocks (WQ = 1), included by
+// persistent.glsl after its matvec rows: what each lane loads of a row, in which order, and how
+// many rows' loads it has in flight. quant.glsl's block layouts and arithmetic (the CPU
+// reference's, decoder/src/gguf/dequant.rs) are the contract; only the grouping of the loads is
+// new here.
 //
 // Read four elements at a time (wload4), a Q6_K row costs a load per scale, per d and per pair
 // of nibble and high bits, and the lm_head of a Q4_K_M file (Q6_K) took twice the time of a Q8_0
-// one. Here every lane takes a unit of 32 elements whose bytes it loads as whole words, scales
-// included, and issues the words of QR rows (QKV's passes, gate and up of two passes, the
-// lm_head's rows) before it decodes any; the down-projection issues each output row's words for
-// all of the workgroup's channels at once. Words, not decoded floats, stay live between the loads
-// and their use: 8 or 13 registers per row and lane.
+// one. Here every lane takes a unit of 32 elements of a Q4_K or Q6_K row whose bytes it loads as
+// whole words, scales included, and issues the words of QR rows (QKV's passes, gate and up of two
+// passes, the lm_head's rows) before it decodes any. Words, not decoded floats, stay live between
+// the loads and their use: 8 or 13 registers per row and lane. The other types' rows keep
+// persistent.glsl's loads: on an H200, Q8_0 rows read as units (a block per lane, all types in
+// this file) ran slower than a row at a time (docs/persistent-kernel.md, rows 92 to 94).
 //
-// The other types keep persistent.glsl's loads: on an H200, Q8_0 rows read as units (a block per
-// lane, all types in this file) ran slower than a row at a time (docs/persistent-kernel.md, rows
-// 92 to 94).
+// The down-projection of every type is here too (down_rows): a cluster of lanes per output row,
+// 8 channels a piece, all of a lane's rows' words issued at once.
 
 // Whether rows of type t are read by units (this file) rather than by persistent.glsl's part_dot_q.
 bool rows_in_units(uint t) { return (t == WT_Q4_K && WT_HAS(WT_Q4_K)) || (t == WT_Q6_K && WT_HAS(WT_Q6_K)); }
@@ -143,29 +144,47 @@ void rows_dot(uvec2 p, uvec2 tr[QR], uint n, uint cols, uint ks, out float s[QR]
     [[unroll]] for (uint k = 0; k < QR; k++) s[k] = k < n ? subgroupAdd(acc[k]) : 0.0;
 }
 
-// ---- the down-projection: groups of 8 channels ----
+// ---- the down-projection: a cluster of lanes a row ----
 //
-// A workgroup's channels come in groups of 8 consecutive ones where a pass's slots do (per_wg a
-// multiple of 8; intermediate is one too, so a group is all in or all past the last row), and 8
-// consecutive elements of a row always share a Q4_K sub-block or a Q6_K quarter: their words
-// carry their scales along (G8W at most, Q6_K's).
+// A workgroup's e_n channels are consecutive (phase_mlp's mlp_row for WQ = 1), so each output row
+// of W_down holds the workgroup's weights as one span of a few dozen bytes. A cluster of
+// consecutive lanes takes a row, lane k its pieces k, k + cluster, ... of the span (pieces of 8
+// channels, which always share a block and its scales), and the cluster's lanes sum their products
+// with shuffles: a subgroup's load touches a line or two of each of its clusters' rows, where a
+// lane a row touched a line per lane.
 
 const uint G8W = 8;
-// Output rows per invocation, and groups of 8 channels per row, whose words go out at once.
-const uint DR = 2;
-const uint DG = 3;
+// Rows a lane has in flight at once.
+const uint DRW = 4;
 
-// Elements c .. c + 7 (c a multiple of 8) of the row at byte rb, type t (Q4_K or Q6_K, constant
-// at each call): their words.
+// The sum of v over this lane's cluster of n consecutive lanes (n a power of two dividing SG, the
+// same in the whole subgroup); every lane of the cluster gets it.
+float cluster_sum(float v, uint n) {
+    for (uint o = n >> 1; o > 0u; o >>= 1) v += subgroupShuffleXor(v, o);
+    return v;
+}
+
+// Elements c .. c + 7 (c a multiple of 8) of the row at byte rb, type t (constant at each call;
+// f16 rows are loaded by g8_dot): their words, scales included.
 void g8_load(uint t, uint rb, uint c, out uint w[G8W]) {
     [[unroll]] for (uint k = 0; k < G8W; k++) w[k] = 0u;
     uint j = c & 31u;
-    if (t == WT_Q4_K) {
+    if (t == WT_Q8_0 || t == WT_Q4_0 || t == WT_Q4_1) {
+        // The word of the block's first half (Q4_1: both halves, d and m), and the 8 bytes of
+        // quants (Q4_0, Q4_1: the bytes whose low or high nibbles the 8 elements are) as 3 words.
+        uint bs = t == WT_Q8_0 ? 34u : (t == WT_Q4_0 ? 18u : 20u);
+        uint b = rb + (c / 32u) * bs;
+        uint q = b + (t == WT_Q4_1 ? 4u : 2u) + (t == WT_Q8_0 ? j : (j & 15u));
+        w[0] = QW(b >> 2);
+        [[unroll]] for (uint k = 0; k < 3u; k++) {
+            if (k < 2u || (q & 2u) != 0u) w[2u + k] = QW((q >> 2) + k);
+        }
+    } else if (t == WT_Q4_K) {
         uint b = rb + (c / 256u) * 144u, o = (b + 16u + 32u * ((c & 255u) / 64u) + j) >> 2;
         [[unroll]] for (uint k = 0; k < 4u; k++) w[k] = QW((b >> 2) + k);
         w[4] = QW(o);
         w[5] = QW(o + 1u);
-    } else {
+    } else if (t == WT_Q6_K) {
         uint b = rb + (c / 256u) * 210u, e = c & 255u, n = e / 128u, k = (e & 127u) / 32u;
         uint ql = b + 64u * n + j + ((k & 1u) == 1u ? 32u : 0u), qh = b + 128u + 32u * n + j;
         bool odd = (b & 2u) != 0u;
@@ -180,9 +199,29 @@ void g8_load(uint t, uint rb, uint c, out uint w[G8W]) {
     }
 }
 
-// Elements c .. c + 7 of the row at byte rb times xa and xb (their activations): wload4's products.
+// Elements c .. c + 7 of the row at byte rb times xa and xb (their activations), from their
+// words: wload4's products.
 float g8_dot(uint t, uint rb, uint c, uint w[G8W], vec4 xa, vec4 xb) {
     uint j = c & 31u;
+    if (t == WT_Q8_0 || t == WT_Q4_0 || t == WT_Q4_1) {
+        uint bs = t == WT_Q8_0 ? 34u : (t == WT_Q4_0 ? 18u : 20u);
+        uint b = rb + (c / 32u) * bs;
+        uint q = b + (t == WT_Q4_1 ? 4u : 2u) + (t == WT_Q8_0 ? j : (j & 15u));
+        uvec2 v = span8(w[2], w[3], w[4], (q & 2u) != 0u);
+        float d = unpackHalf2x16((b & 2u) != 0u ? w[0] >> 16 : w[0]).x;
+        if (t == WT_Q8_0) {
+            vec4 a = vec4(q_i8(v.x, 0u), q_i8(v.x, 1u), q_i8(v.x, 2u), q_i8(v.x, 3u));
+            vec4 e = vec4(q_i8(v.y, 0u), q_i8(v.y, 1u), q_i8(v.y, 2u), q_i8(v.y, 3u));
+            return dot(d * a, xa) + dot(d * e, xb);
+        }
+        uint hi = j < 16u ? 0u : 4u;
+        if (t == WT_Q4_0) {
+            return dot(d * (q_nibbles(v.x, hi) - 8.0), xa) + dot(d * (q_nibbles(v.y, hi) - 8.0), xb);
+        }
+        // Q4_1's blocks are 4-byte aligned: d and m are w[0]'s halves.
+        float m = unpackHalf2x16(w[0] >> 16).x;
+        return dot(d * q_nibbles(v.x, hi) + m, xa) + dot(d * q_nibbles(v.y, hi) + m, xb);
+    }
     if (t == WT_Q4_K) {
         uint sub = (c & 255u) / 32u, hi = (sub & 1u) * 4u;
         vec2 dm = unpackHalf2x16(w[0]);
@@ -190,47 +229,55 @@ float g8_dot(uint t, uint rb, uint c, uint w[G8W], vec4 xa, vec4 xb) {
         float d1 = dm.x * float(sm.x), m1 = dm.y * float(sm.y);
         return dot(d1 * q_nibbles(w[4], hi) - m1, xa) + dot(d1 * q_nibbles(w[5], hi) - m1, xb);
     }
-    uint b = rb + (c / 256u) * 210u, e = c & 255u, n = e / 128u, k = (e & 127u) / 32u;
-    bool odd = (b & 2u) != 0u;
-    uvec2 lw = span8(w[0], w[1], w[2], odd), hw = span8(w[3], w[4], w[5], odd);
-    uint si = b + 192u + 8u * n + j / 16u + 2u * k;
-    float s = unpackHalf2x16(odd ? w[7] >> 16 : w[7]).x * q_i8(w[6], si & 3u);
-    uint sh = k >= 2u ? 4u : 0u;
-    return dot(s * q6k_values(lw.x, sh, hw.x, k), xa) + dot(s * q6k_values(lw.y, sh, hw.y, k), xb);
+    if (t == WT_Q6_K) {
+        uint b = rb + (c / 256u) * 210u, e = c & 255u, n = e / 128u, k = (e & 127u) / 32u;
+        bool odd = (b & 2u) != 0u;
+        uvec2 lw = span8(w[0], w[1], w[2], odd), hw = span8(w[3], w[4], w[5], odd);
+        uint si = b + 192u + 8u * n + j / 16u + 2u * k;
+        float s = unpackHalf2x16(odd ? w[7] >> 16 : w[7]).x * q_i8(w[6], si & 3u);
+        uint sh = k >= 2u ? 4u : 0u;
+        return dot(s * q6k_values(lw.x, sh, hw.x, k), xa) + dot(s * q6k_values(lw.y, sh, hw.y, k), xb);
+    }
+    return dot(wload4(WT_F16, rb, c), xa) + dot(wload4(WT_F16, rb, c + 4u), xb);
 }
 
-// W_down (type t, rows of rbd bytes, constant at each call) at this workgroup's e_n channels
-// (per_wg a multiple of 8) times their activations (after the staged row in xs), into xs[0 ..
-// hidden): each invocation takes DR output rows at a time (tid + k WG) and DG groups of 8
-// channels of each, all their words loaded before any is decoded. Groups past e_n read the last
-// group of W_down and the zeros after the activations (phase_mlp clears DE >= 8 DG of them).
-void down_groups(uint t, uint rbd, uint e_n, uint per_wg, uint wg_shift) {
-    uint tid = gl_LocalInvocationIndex;
-    for (uint h0 = tid; h0 < HIDDEN; h0 += DR * WG) {
-        float acc[DR];
-        [[unroll]] for (uint k = 0; k < DR; k++) acc[k] = 0.0;
-        for (uint e = 0; e < e_n; e += 8u * DG) {
-            uint w[DR][DG][G8W];
-            uint cs[DG];
-            [[unroll]] for (uint g = 0; g < DG; g++) {
-                uint eg = e + 8u * g;
-                cs[g] = min(pass_row(eg & (per_wg - 1u), per_wg, eg >> wg_shift), INTER - 8u);
-            }
-            [[unroll]] for (uint k = 0; k < DR; k++) {
-                uint h = min(h0 + k * WG, HIDDEN - 1u);
-                [[unroll]] for (uint g = 0; g < DG; g++) g8_load(t, h * rbd, cs[g], w[k][g]);
-            }
-            [[unroll]] for (uint k = 0; k < DR; k++) {
-                uint h = min(h0 + k * WG, HIDDEN - 1u);
-                [[unroll]] for (uint g = 0; g < DG; g++) {
-                    uint a4 = (HIDDEN + e) / 4u + 2u * g;
-                    acc[k] += g8_dot(t, h * rbd, cs[g], w[k][g], xs[a4], xs[a4 + 1u]);
-                }
+// W_down (type t, rows of rbd bytes, constant at each call) at this workgroup's e_n channels c0
+// .. c0 + e_n - 1 times their activations (after the staged row in xs), into xs[0 .. hidden), in
+// pieces of pw channels (8 where e_n is a multiple of 8, else 4 (wload4) or 1): a cluster of the
+// next power of two lanes above the pieces of a row (at most 8) takes DRW rows at a time, all
+// their pieces' loads issued before any is decoded. Channels past the last row read the row's
+// last piece, and their activations are zeros.
+void down_rows(uint t, uint rbd, uint c0, uint e_n) {
+    uint pw = e_n % 8u == 0u ? 8u : (e_n % 4u == 0u ? 4u : 1u), np = e_n / pw;
+    uint cl = min(min(8u, SG), 1u << findMSB(2u * np - 1u));
+    uint tid = gl_LocalInvocationIndex, lane = tid & (cl - 1u), r = tid / cl, rpi = WG / cl;
+    for (uint h0 = 0; h0 < HIDDEN; h0 += DRW * rpi) {
+        float acc[DRW];
+        uint rb[DRW];
+        [[unroll]] for (uint k = 0; k < DRW; k++) {
+            acc[k] = 0.0;
+            rb[k] = min(h0 + k * rpi + r, HIDDEN - 1u) * rbd;
+        }
+        for (uint q = lane; q < np; q += cl) {
+            uint c = min(c0 + pw * q, INTER - pw);
+            if (pw == 8u) {
+                uint w[DRW][G8W];
+                [[unroll]] for (uint k = 0; k < DRW; k++) g8_load(t, rb[k], c, w[k]);
+                uint a4 = HIDDEN / 4u + 2u * q;
+                [[unroll]] for (uint k = 0; k < DRW; k++) acc[k] += g8_dot(t, rb[k], c, w[k], xs[a4], xs[a4 + 1u]);
+            } else if (pw == 4u) {
+                vec4 w[DRW];
+                [[unroll]] for (uint k = 0; k < DRW; k++) w[k] = wload4(t, rb[k], c);
+                [[unroll]] for (uint k = 0; k < DRW; k++) acc[k] += dot(w[k], xs[HIDDEN / 4u + q]);
+            } else {
+                uint a = HIDDEN + q;
+                [[unroll]] for (uint k = 0; k < DRW; k++) acc[k] += wload4(t, rb[k], c & ~3u)[c & 3u] * xs[a / 4u][a % 4u];
             }
         }
-        [[unroll]] for (uint k = 0; k < DR; k++) {
-            uint h = h0 + k * WG;
-            if (h < HIDDEN) xs[h / 4u][h % 4u] = acc[k];
+        [[unroll]] for (uint k = 0; k < DRW; k++) {
+            uint h = h0 + k * rpi + r;
+            float s = cluster_sum(acc[k], cl);
+            if (lane == 0u && h < HIDDEN) xs[h / 4u][h % 4u] = s;
         }
     }
 }
