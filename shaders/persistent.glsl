@@ -1379,23 +1379,21 @@ void prefetch_wo(uint l) {
     [[unroll]] for (uint k = 0; k < 2u * OR; k++) pf[k] = w[k];
 }
 
-// Columns c .. c + OC of every row of W_o (type t, rows of rbo bytes, constant at each call, WQ)
-// times a, scaled by inv, added to D at d: a pair of lanes a row, 8 columns each (g8_load's
-// pieces, which share a block and its scales), a lane's DRW rows' words issued before any is
-// decoded (persistent_quant.glsl's down-projection clusters, for OC = 16).
-void wo_rows(uint t, uint rbo, uint c, vec4 a[OC / 4], float inv, uint d) {
-    uint tid = gl_LocalInvocationIndex, lane = tid & 1u, r0 = tid >> 1, rpi = WG / 2u;
-    uint cl = c + 8u * lane;
-    vec4 xa = lane == 0u ? a[0] : a[2], xb = lane == 0u ? a[1] : a[3];
-    for (uint h0 = 0; h0 < HIDDEN; h0 += DRW * rpi) {
-        uint w[DRW][G8W];
-        [[unroll]] for (uint k = 0; k < DRW; k++) g8_load(t, min(h0 + k * rpi + r0, HIDDEN - 1u) * rbo, cl, w[k]);
-        [[unroll]] for (uint k = 0; k < DRW; k++) {
-            uint r = h0 + k * rpi + r0;
-            float v = cluster_sum(g8_dot(t, min(r, HIDDEN - 1u) * rbo, cl, w[k], xa, xb), 2u);
-            if (lane == 0u && r < HIDDEN) atomicAdd(x[d + r], v * inv);
-        }
+// Columns c .. c + OC of W_o's row at byte rb (type t, constant at each call) times a (WQ): the
+// OC / 4 loads issued before their products.
+float wo_row(uint t, uint rb, uint c, vec4 a[OC / 4]) {
+    vec4 w[OC / 4];
+    if (t == WT_Q8_0 || t == WT_Q4_K) {
+        // The OC columns share a block (Q8_0) or a sub-block (Q4_K): its scales read once.
+        vec4 w8[8];
+        wload_run(t, rb, c, OC, w8);
+        [[unroll]] for (uint q = 0; q < OC / 4; q++) w[q] = w8[q];
+    } else {
+        [[unroll]] for (uint q = 0; q < OC / 4; q++) w[q] = wload4(t, rb, c + 4u * q);
     }
+    float v = 0.0;
+    [[unroll]] for (uint q = 0; q < OC / 4; q++) v += dot(w[q], a[q]);
+    return v;
 }
 
 void phase_merge_o(uint l) {
@@ -1415,7 +1413,7 @@ void phase_merge_o(uint l) {
         // The weights first: they do not depend on the step.
         uvec4 w[2 * OR];
         if (WQ == 1u) {
-            // Read per row below (wo_rows).
+            // Read per row below (wo_row).
         } else if (u == gl_WorkGroupID.x) {
             [[unroll]] for (uint k = 0; k < 2u * OR; k++) w[k] = pf[k];
         } else {
@@ -1503,15 +1501,19 @@ void phase_merge_o(uint l) {
         barrier();
         uint d = my_copy(d_at(l)) + t * HIDDEN;
         if (WQ == 1u) {
-            // Columns col8 8 .. + OC of each row of W_o, in its type (wo_rows).
+            // Columns col8 8 .. + OC of each row of W_o, in its type.
             uint to = layer_wt(l, MO), rbo = wt_row_bytes(to, HEADS * hd), c = col8 * 8u;
             qsrc = QRef(layer_ptr(l, 4u));
-            if (to == WT_Q8_0 && WT_HAS(WT_Q8_0)) wo_rows(WT_Q8_0, rbo, c, a, inv, d);
-            else if (to == WT_Q4_0 && WT_HAS(WT_Q4_0)) wo_rows(WT_Q4_0, rbo, c, a, inv, d);
-            else if (to == WT_Q4_1 && WT_HAS(WT_Q4_1)) wo_rows(WT_Q4_1, rbo, c, a, inv, d);
-            else if (to == WT_Q4_K && WT_HAS(WT_Q4_K)) wo_rows(WT_Q4_K, rbo, c, a, inv, d);
-            else if (to == WT_Q6_K && WT_HAS(WT_Q6_K)) wo_rows(WT_Q6_K, rbo, c, a, inv, d);
-            else wo_rows(WT_F16, rbo, c, a, inv, d);
+            for (uint r = tid; r < HIDDEN; r += WG) {
+                float v;
+                if (to == WT_Q8_0 && WT_HAS(WT_Q8_0)) v = wo_row(WT_Q8_0, r * rbo, c, a);
+                else if (to == WT_Q4_0 && WT_HAS(WT_Q4_0)) v = wo_row(WT_Q4_0, r * rbo, c, a);
+                else if (to == WT_Q4_1 && WT_HAS(WT_Q4_1)) v = wo_row(WT_Q4_1, r * rbo, c, a);
+                else if (to == WT_Q4_K && WT_HAS(WT_Q4_K)) v = wo_row(WT_Q4_K, r * rbo, c, a);
+                else if (to == WT_Q6_K && WT_HAS(WT_Q6_K)) v = wo_row(WT_Q6_K, r * rbo, c, a);
+                else v = wo_row(WT_F16, r * rbo, c, a);
+                atomicAdd(x[d + r], v * inv);
+            }
             continue;
         }
         [[unroll]] for (uint m = 0; m < OR; m++) {
