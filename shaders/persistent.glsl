@@ -111,9 +111,9 @@
 // as the f16 loads do (32 for Q8_0), the merge reads its OC columns of W_o per row, and the
 // down-projection reads W_down itself (no transposed copy: the file's blocks are the only copy),
 // a workgroup's channels consecutive and a cluster of lanes per output row (persistent_quant.glsl,
-// down_rows). Q4_K and Q6_K rows go by persistent_quant.glsl's
-// units instead, several rows' words in flight at once. The f16 kernel (WQ = 0) compiles none of
-// this and keeps its prefetches and wide loads.
+// down_rows). Q4_K and Q6_K rows go by persistent_quant.glsl's units instead, several rows' words
+// in flight at once. The f16 kernel (WQ = 0) compiles none of this and keeps its prefetches and
+// wide loads.
 // Bindings: 0 params, 1 ids u32 [n], 2 ptrs (64-bit addresses as uvec2), 3 block tables, 4 sync
 // u32 [4 + 2 G n], 5 embed f16 [vocab, hidden], 6 lm_head f16 [vocab, hidden], 7 final norm f32
 // [hidden], 8 rope f32 [max_seq, hd / 2, 2], 9 x f32 [4 RC, n, hidden] (R0, R1, D0, D1, RC copies
@@ -1569,9 +1569,8 @@ uint mlp_row(uint ks, uint j, uint e_n) {
 // UD: act = silu(gate . norm(x)) * (up . norm(x)) for this workgroup's rows (W = [gate; up]; x =
 // R[cur] + D), kept in shared memory after the staged row; then R[nxt] += W_down[:, those rows]
 // . act with float atomics, read from W_down^T (a contiguous row per channel; in GGUF blocks from
-// W_down itself, down_rows). The workgroup
-// adds the vec4s of D it owns to R[nxt] as it stages them, so R[nxt] then holds R[cur] + D +
-// down(act).
+// W_down itself, down_rows). The workgroup adds the vec4s of D it owns to R[nxt] as it stages
+// them, so R[nxt] then holds R[cur] + D + down(act).
 void phase_mlp(uint l) {
     uint n = ROWS;
     uint rows = INTER, ks = split_ks(rows), passes = mv_passes(rows, ks);
