@@ -1637,8 +1637,9 @@ void phase_mlp(uint l) {
             uint a = HIDDEN + j * per_wg + (gl_SubgroupID >> findLSB(ks));
             if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
         }
-        // The DE slots after the last channel read as zeros (see the loads below).
-        if (tid < DE) xs[(HIDDEN + e_n + tid) / 4u][(HIDDEN + e_n + tid) % 4u] = 0.0;
+        // The DE slots after the last channel read as zeros (the f16 loads below; down_rows
+        // reads no channel past e_n).
+        if (WQ == 0u && tid < DE) xs[(HIDDEN + e_n + tid) / 4u][(HIDDEN + e_n + tid) % 4u] = 0.0;
         barrier();
         if (WQ == 1u) {
             // W_down's rows in their type, at this workgroup's channels (down_rows).
