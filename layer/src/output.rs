@@ -15,10 +15,6 @@
 //! - a large wait group (hundreds of spans for a runtime that records a token at a time) goes
 //!   over a channel to the writer thread, which serializes it off the program's critical path.
 //!
-//! - a large read of GPU times (the records of hundreds of dispatches) is done by the writer
-//!   thread too ([`Output::group_filled`], [`Output::run`]): the program's thread closes the
-//!   group and goes on, and the writer reads the times into it before writing it.
-//!
 //! The writer thread also maps the file's next chunk ahead and makes its pages present
 //! ([`MappedLog::prepare_next`]), so the program's thread neither maps nor page-faults.
 //!
@@ -45,18 +41,9 @@ use crate::state::{Closed, DeviceState};
 /// closed it (when the writer thread has nothing queued).
 pub const INLINE_SPANS: usize = 64;
 
-/// Work the writer thread does for a device before writing a group ([`Output::group_filled`]).
-pub type Fill = Box<dyn FnOnce(&mut Closed) + Send>;
-/// Work the writer thread does for a device, writing nothing ([`Output::run`]).
-pub type Task = Box<dyn FnOnce() + Send>;
-
 enum Msg {
     Record(Box<RawRecord>),
     Group(Box<Closed>),
-    /// A group written once its fill has run.
-    Filled(Box<Closed>, Fill),
-    /// Not counted in `queued`: it writes no record.
-    Run(Task),
     Flush(SyncSender<()>),
     /// Map the file's next chunk ahead (not counted in `queued`: it writes no record).
     Prepare,
@@ -249,31 +236,13 @@ impl Output {
         None
     }
 
-    /// Queues `msg` for the writer thread, counted in `queued` unless it is a [`Msg::Run`]
-    /// (dropped when there is no writer thread, or it is gone).
     fn send(&self, msg: Msg) {
         if let (Some(tx), Some(stream)) = (&self.tx, &self.stream) {
-            let counted = !matches!(msg, Msg::Run(_));
-            if counted {
-                stream.queued.fetch_add(1, Ordering::AcqRel);
-            }
-            if tx.send(msg).is_err() && counted {
+            stream.queued.fetch_add(1, Ordering::AcqRel);
+            if tx.send(msg).is_err() {
                 stream.queued.fetch_sub(1, Ordering::AcqRel);
             }
         }
-    }
-
-    /// Has the writer thread run `fill` on `g` (a read of its GPU times, after the group
-    /// closed) and write it, in its place among the records. Without a writer thread
-    /// ([`Output::enabled`]) both are dropped.
-    pub fn group_filled(&self, g: Closed, fill: Fill) {
-        self.send(Msg::Filled(Box::new(g), fill));
-    }
-
-    /// Has the writer thread run `task` (a read of GPU times into a device's open group).
-    /// Without a writer thread it is dropped.
-    pub fn run(&self, task: Task) {
-        self.send(Msg::Run(task));
     }
 
     pub fn write(&self, rec: RawRecord) {
@@ -342,15 +311,6 @@ fn writer(stream: &Stream, rx: Receiver<Msg>) {
                 Msg::Group(g) => {
                     serialize(&RawRecord::Group(raw_group(*g)), &mut line);
                     None
-                }
-                Msg::Filled(mut g, fill) => {
-                    fill(&mut g);
-                    serialize(&RawRecord::Group(raw_group(*g)), &mut line);
-                    None
-                }
-                Msg::Run(task) => {
-                    task();
-                    continue;
                 }
                 Msg::Flush(done) => {
                     line.clear();

@@ -209,11 +209,9 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
             }
         }
         if level == "dispatch" {
-            // A span for every dispatch of every step; with shader clocks, each its own (no
-            // interval shared between dispatches), none empty. The fused preset's prefill step
-            // (79 dispatches for `tiny`) is read on the layer's writer thread, after its wait
-            // group closed; its decode steps (31) on the program's thread.
-            for step in &layer.tokens {
+            // A span for every dispatch of every decode step; with shader clocks, each its own
+            // (no interval shared between dispatches), none empty.
+            for step in decode_steps(&layer) {
                 assert_eq!(
                     step.gpu_spans.len() as u64,
                     step.counters.dispatches,

@@ -60,7 +60,6 @@ pub(super) unsafe extern "system" fn destroy_command_pool(
     let Some(f) = d.next.destroy_command_pool else {
         return;
     };
-    d.settle_reads();
     {
         let mut g = d.lock();
         for c in g.state.cmds_of_pool(pool.as_raw()) {
@@ -84,7 +83,6 @@ pub(super) unsafe extern "system" fn reset_command_pool(
     let Some(f) = d.next.reset_command_pool else {
         return vk::Result::ERROR_INITIALIZATION_FAILED;
     };
-    d.settle_reads();
     {
         let mut g = d.lock();
         for c in g.state.begun_in_pool(pool.as_raw()) {
@@ -136,7 +134,6 @@ pub(super) unsafe extern "system" fn free_command_buffers(
     let Some(f) = d.next.free_command_buffers else {
         return;
     };
-    d.settle_reads();
     {
         let mut g = d.lock();
         for cb in slice(cbs, count) {
@@ -160,8 +157,6 @@ pub(super) unsafe extern "system" fn begin_command_buffer(
     };
     let t0 = now_ns();
     d.prefetch_slot(cb);
-    // The recording may take pairs and records a read on the writer thread is taking.
-    d.settle_reads();
     let r = f(cb, info);
     if r == vk::Result::SUCCESS {
         let k = cb.as_raw();
@@ -217,7 +212,6 @@ pub(super) unsafe extern "system" fn reset_command_buffer(
     let Some(f) = d.next.reset_command_buffer else {
         return vk::Result::ERROR_INITIALIZATION_FAILED;
     };
-    d.settle_reads();
     {
         let mut g = d.lock();
         d.read_unread(&mut g, cb.as_raw());

@@ -4,7 +4,7 @@
 use std::ffi::{CStr, c_char};
 use std::mem::transmute;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::AtomicU64;
 
 use ash::vk::{self, Handle};
 use profiler::capture::{RawDevice, RawRecord};
@@ -252,7 +252,6 @@ pub(super) unsafe extern "system" fn create_device(
         recordings: Some(Table::default()),
         descriptor_writes: AtomicU64::new(0),
         clock,
-        reads: AtomicU32::new(0),
         inner: Mutex::new(Inner {
             state,
             timer: Timer::default(),

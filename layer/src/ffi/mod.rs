@@ -51,14 +51,14 @@ pub use mapped::{MappedLog, Prefault, map_live};
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ash::vk::{self, Handle};
 
 use crate::output::Output;
 use crate::recording::{Slot, Table};
-use crate::state::{Announce, DeviceState, FastMap, Level, QUEUE_TRANSFER, ReadJob, ReadParts};
+use crate::state::{Announce, DeviceState, FastMap, Level, QUEUE_TRANSFER};
 
 /// The loader's dispatch key of a dispatchable handle: its first pointer-sized word.
 unsafe fn key<H: Handle>(h: H) -> usize {
@@ -411,9 +411,6 @@ struct DeviceData {
     descriptor_writes: AtomicU64,
     /// At the dispatch level on a device with shader clocks: their state ([`clock`]).
     clock: Option<clock::ShaderClock>,
-    /// Reads of GPU times queued for the writer thread and not yet done
-    /// ([`DeviceData::settle_reads`]).
-    reads: AtomicU32,
     inner: Mutex<Inner>,
 }
 
@@ -544,45 +541,6 @@ impl DeviceData {
     }
 
     /// Closes the open wait group with a wait of `kind` at `end` and hands it to the writer.
-    /// [`Self::close`] with the GPU times of `jobs` in the group: read on the writer thread
-    /// when they are many (the records of hundreds of dispatches take tens of microseconds to
-    /// read, which the program would wait for), else here.
-    unsafe fn close_read(
-        &'static self,
-        g: &mut Inner,
-        kind: &'static str,
-        end: u64,
-        jobs: Vec<ReadJob>,
-    ) {
-        if !self.deferrable(&jobs) {
-            self.read_jobs(g, jobs);
-            self.close(g, kind, end);
-            return;
-        }
-        self.drain_descriptor_writes(g);
-        match g.state.close_group(kind, end) {
-            Some(c) => {
-                self.announce(g);
-                let pending = self.pending_read();
-                self.out.group_filled(
-                    c,
-                    Box::new(move |c| {
-                        let _pending = pending;
-                        let mut g = self.lock();
-                        let open = g.state.take_read_parts(ReadParts::default());
-                        // SAFETY: the device is alive (its end settles the reads first) and
-                        // the jobs' pairs are not reused before the program records, resets,
-                        // frees or submits a command buffer, which settles the reads first.
-                        unsafe { self.read_jobs(&mut g, jobs) };
-                        c.absorb(g.state.take_read_parts(open));
-                    }),
-                );
-            }
-            None => self.read_jobs(g, jobs),
-        }
-        self.out.live(&g.state, end);
-    }
-
     fn close(&self, g: &mut Inner, kind: &'static str, end: u64) {
         self.drain_descriptor_writes(g);
         if let Some(c) = g.state.close_group(kind, end) {
@@ -596,7 +554,6 @@ impl DeviceData {
     /// writes the open group. At exit the lock is only tried for a while: a thread that holds
     /// it while the process exits leaves the open group to the live file.
     unsafe fn finish(&self, kind: &'static str, try_lock: bool) {
-        self.settle_reads();
         let mut guard = None;
         if try_lock {
             for _ in 0..200 {

@@ -123,28 +123,23 @@ impl DeviceData {
 
     /// A wait returned `r` after starting at `start`: what it proved complete is read, and a
     /// successful blocking wait (not a poll) ends the open group.
-    unsafe fn waited(
-        &'static self,
-        kind: &'static str,
-        what: Completed<'_>,
-        r: vk::Result,
-        start: u64,
-    ) {
+    unsafe fn waited(&self, kind: &'static str, what: Completed<'_>, r: vk::Result, start: u64) {
         let end = now_ns();
         let mut g = self.lock();
         g.state.host_span(Host::Wait, start, end);
         if r == vk::Result::SUCCESS {
             let jobs = g.state.completed(what);
-            self.close_read(&mut g, kind, end, jobs);
+            self.read_jobs(&mut g, jobs);
+            self.close(&mut g, kind, end);
         }
     }
 
     /// A poll (or a zero-timeout wait) that proved `what` complete.
-    unsafe fn polled(&'static self, what: Completed<'_>) {
+    unsafe fn polled(&self, what: Completed<'_>) {
         let mut g = self.lock();
         let jobs = g.state.completed(what);
         if !jobs.is_empty() {
-            self.read_soon(&mut g, jobs);
+            self.read_jobs(&mut g, jobs);
         }
     }
 }
@@ -161,8 +156,6 @@ pub(super) unsafe extern "system" fn queue_submit(
     let Some(f) = d.next.queue_submit else {
         return vk::Result::ERROR_INITIALIZATION_FAILED;
     };
-    // A command buffer submitted again overwrites the records a read may still be taking.
-    d.settle_reads();
     let t0 = now_ns();
     let infos = slice(submits, count);
     // The command buffers' keys, in place: a submit allocates nothing for them.
@@ -230,7 +223,6 @@ unsafe fn submit2(
     let Some(f) = f else {
         return vk::Result::ERROR_INITIALIZATION_FAILED;
     };
-    d.settle_reads();
     let t0 = now_ns();
     let infos = slice(submits, count);
     let mut lists: Vec<Vec<vk::CommandBufferSubmitInfo<'_>>> = infos

@@ -2,8 +2,6 @@
 //! command buffers (and its own submit-level wrappers), and reading results back.
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use ash::vk::{self, Handle};
 
@@ -11,70 +9,7 @@ use super::{DeviceData, Inner};
 use crate::recording::Slot;
 use crate::state::{BLOCK_PAIRS, MAX_POOLS, POOL_PAIRS, ReadJob, Source};
 
-/// A read of at least this many stamps is done on the writer thread.
-const DEFERRED_STAMPS: usize = crate::output::INLINE_SPANS;
-
-/// How long a call waits at most for the writer thread's reads ([`DeviceData::settle_reads`]).
-const SETTLE_LIMIT: Duration = Duration::from_secs(2);
-
-/// A read queued for the writer thread, counted in [`DeviceData::settle_reads`] until it is
-/// dropped: done, or dropped with its message.
-pub(super) struct PendingRead(&'static DeviceData);
-
-impl Drop for PendingRead {
-    fn drop(&mut self) {
-        self.0.reads.fetch_sub(1, Ordering::Release);
-    }
-}
-
 impl DeviceData {
-    /// Whether `jobs` are read on the writer thread: enough stamps that reading them would
-    /// hold up the program, and a writer thread to take them.
-    pub(super) fn deferrable(&self, jobs: &[ReadJob]) -> bool {
-        self.out.enabled() && jobs.iter().map(|j| j.stamps.len()).sum::<usize>() >= DEFERRED_STAMPS
-    }
-
-    pub(super) fn pending_read(&'static self) -> PendingRead {
-        self.reads.fetch_add(1, Ordering::AcqRel);
-        PendingRead(self)
-    }
-
-    /// Waits until the writer thread has done this device's reads. Called before the program
-    /// records, resets, frees or submits a command buffer (which may reuse the pairs and
-    /// records a read is about to take) and before the device's end; never under the device's
-    /// lock, which the reads take. A writer thread that never gets to them (a program exiting
-    /// with it stopped) is waited for at most [`SETTLE_LIMIT`].
-    #[inline]
-    pub(super) fn settle_reads(&self) {
-        if self.reads.load(Ordering::Acquire) != 0 {
-            self.settle_slowly();
-        }
-    }
-
-    #[cold]
-    fn settle_slowly(&self) {
-        let t = Instant::now();
-        while self.reads.load(Ordering::Acquire) != 0 && t.elapsed() < SETTLE_LIMIT {
-            std::thread::yield_now();
-        }
-    }
-
-    /// Reads `jobs` (a poll's) into the open group: on the writer thread when they are many.
-    pub(super) unsafe fn read_soon(&'static self, g: &mut Inner, jobs: Vec<ReadJob>) {
-        if !self.deferrable(&jobs) {
-            self.read_jobs(g, jobs);
-            return;
-        }
-        let pending = self.pending_read();
-        self.out.run(Box::new(move || {
-            let _pending = pending;
-            let mut g = self.lock();
-            // SAFETY: as in `close_read`: the device and the jobs' pairs stay until the reads
-            // are settled.
-            unsafe { self.read_jobs(&mut g, jobs) };
-        }));
-    }
-
     /// Creates one more query pool of [`POOL_PAIRS`] pairs; false when the driver refuses or
     /// the layer has [`MAX_POOLS`] already.
     pub(super) unsafe fn add_pool(&self, g: &mut Inner) -> bool {

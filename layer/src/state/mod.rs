@@ -212,25 +212,6 @@ pub struct Closed {
     pub dropped: u64,
 }
 
-/// What reads of GPU times add to a wait group: spans, untimed dispatches, dropped pairs. A read
-/// done after its group closed (on the writer thread: [`DeviceState::take_read_parts`]) puts
-/// them into the closed group with [`Closed::absorb`].
-#[derive(Debug, Default)]
-pub struct ReadParts {
-    gpu: Vec<RawGpuSpan>,
-    untimed: Vec<RawUntimed>,
-    dropped: u64,
-}
-
-impl Closed {
-    /// Adds what a read made for this group after it closed.
-    pub fn absorb(&mut self, parts: ReadParts) {
-        self.gpu.extend(parts.gpu);
-        self.untimed.extend(parts.untimed);
-        self.dropped += parts.dropped;
-    }
-}
-
 /// What the device state asks the ffi side to announce in the raw stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Announce {
@@ -419,18 +400,6 @@ impl DeviceState {
 
     pub fn open_group_start_ns(&self) -> u64 {
         self.group.start_ns
-    }
-
-    /// Swaps the open group's read parts for `parts`, returning the ones it had: a read done
-    /// for a group already closed swaps in empty parts, reads, and swaps the group's back,
-    /// keeping what the read made.
-    pub fn take_read_parts(&mut self, parts: ReadParts) -> ReadParts {
-        let g = &mut self.group;
-        ReadParts {
-            gpu: std::mem::replace(&mut g.gpu, parts.gpu),
-            untimed: std::mem::replace(&mut g.untimed, parts.untimed),
-            dropped: std::mem::replace(&mut g.dropped, parts.dropped),
-        }
     }
 
     /// Ends the current wait group with a wait of `kind` that returned at `now_ns`. A group

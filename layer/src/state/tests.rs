@@ -187,33 +187,6 @@ fn a_fence_wait_reads_every_stamp_of_its_submission_and_blocks_hold_32() {
 }
 
 #[test]
-fn a_read_after_its_group_closed_fills_that_group_and_leaves_the_open_one() {
-    // The writer thread reads a large wait's stamps after the program's thread closed the
-    // group: the spans go to the closed group, what the open group had stays there.
-    let mut s = state(Level::Dispatch);
-    s.allocate_cmd(7, 1, false);
-    let first = timed_token(&mut s, 3, 3);
-    let jobs = s.completed(Completed::Fences(&[3]));
-    let mut closed = s.close_group("fence", 10).expect("a group");
-    assert!(closed.gpu.is_empty());
-    // The next token's work, and a span read into the open group meanwhile.
-    timed_token(&mut s, 2, 4);
-    let early = s.completed(Completed::Fences(&[4]));
-    s.read_done(&early[0], &[Some((5, 6)), None]);
-    let open = s.take_read_parts(ReadParts::default());
-    s.read_done(&jobs[0], &[Some((1, 2)), None, Some((3, 4))]);
-    closed.absorb(s.take_read_parts(open));
-    assert_eq!(closed.gpu.len(), 2);
-    assert!(closed.gpu.iter().all(|g| g.0 == first.group));
-    assert_eq!(closed.untimed, vec![RawUntimed(first.group, 1)]);
-    assert_eq!(closed.dropped, 1);
-    // The open group kept its own span and its own untimed dispatch.
-    assert_eq!(s.group.gpu.len(), 1);
-    assert_eq!(s.group.untimed.len(), 1);
-    assert_eq!(s.group.dropped, 1);
-}
-
-#[test]
 fn only_levels_that_stamp_command_buffers_leave_them_unread() {
     // `unread_of` does not look for unread results below the command-buffer level.
     for level in [
