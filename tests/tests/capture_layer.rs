@@ -209,9 +209,9 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
             }
         }
         if level == "dispatch" {
-            // A span for every dispatch of every decode step; with shader clocks, each its own
-            // (no interval shared between dispatches), none empty.
-            for step in decode_steps(&layer) {
+            // A span for every dispatch of every step, the prefill's included; with shader
+            // clocks, each its own (no interval shared between dispatches), none empty.
+            for step in &layer.tokens {
                 assert_eq!(
                     step.gpu_spans.len() as u64,
                     step.counters.dispatches,
