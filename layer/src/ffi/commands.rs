@@ -288,25 +288,25 @@ unsafe fn locked_dispatch(d: &DeviceData, g: &mut Inner, cb: vk::CommandBuffer) 
     if s.is_none() && d.add_pool(g) {
         s = g.state.dispatch_slot(k);
     }
-    let Some(s) = s else { return };
+    let Some(slot) = s else { return };
     let op = g.state.dispatch_op_of(k);
     d.announce(g);
-    if let Some(first) = s.reset {
-        d.reset(g, cb, first, crate::state::BLOCK_PAIRS);
-    }
     let clocked = d
         .clock
         .as_ref()
         .and_then(|c| Some((c, c.pipeline(g.state.bound_pipeline(k)?)?)));
     let fresh = match clocked {
-        Some((c, _)) => g.state.clocked_stamp(k, s.slot, op, || c.wants_bracket()),
-        None => g.state.dispatch_stamp(k, s.slot, op),
+        Some((c, _)) => g.state.clocked_stamp(k, slot, op, || c.wants_bracket()),
+        None => g.state.dispatch_stamp(k, slot, op),
     };
     if fresh {
-        d.stamp_start(g, cb, s.slot);
+        if let Some(block) = g.state.first_write(k, 2 * slot) {
+            d.reset(g, cb, block, crate::state::BLOCK_PAIRS);
+        }
+        d.stamp_start(g, cb, slot);
     }
     if let Some((c, target)) = clocked {
-        c.arm(&d.next, cb, target, s.slot);
+        c.arm(&d.next, cb, target, slot);
     }
 }
 

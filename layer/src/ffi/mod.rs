@@ -21,8 +21,9 @@
 //!   bottom-of-pipe timestamp before each barrier (and the end of the command buffer) that
 //!   follows a dispatch, a top-of-pipe one before a command buffer's first dispatch (and the first
 //!   after a transfer), and one query reset per block of
-//!   [`BLOCK_PAIRS`](crate::state::BLOCK_PAIRS) dispatches
-//!   ([`DeviceState::dispatch_stamp`](crate::state::DeviceState::dispatch_stamp)).
+//!   [`BLOCK_PAIRS`](crate::state::BLOCK_PAIRS) dispatches, recorded before the block's first
+//!   timestamp (a block of clocked dispatches outside the bracket writes none and is not reset:
+//!   [`Timing::first_write`](crate::state::Timing::first_write)).
 //!
 //! Timestamps are read, never waited for, once the layer knows their submission complete: a
 //! fence or timeline semaphore it signalled (or a later one of the same queue) was waited for or

@@ -57,6 +57,18 @@ impl DeviceData {
         }
     }
 
+    /// Records a reset of the block from pair `first` (in query pool `pool`) into `cb`.
+    unsafe fn reset_block(&self, cb: vk::CommandBuffer, pool: u64, first: u32) {
+        if let Some(r) = self.next.cmd_reset_query_pool {
+            r(
+                cb,
+                vk::QueryPool::from_raw(pool),
+                (first % POOL_PAIRS) * 2,
+                BLOCK_PAIRS * 2,
+            );
+        }
+    }
+
     /// Records the start timestamp of `slot` into `cb`.
     pub(super) unsafe fn stamp_start(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32) {
         if let (Some((pool, q)), Some(ts)) = (Self::query(g, slot), self.next.cmd_write_timestamp) {
@@ -83,7 +95,6 @@ impl DeviceData {
                             g.state.slots.put(first);
                             return None;
                         };
-                        self.reset(&g, cb, first, BLOCK_PAIRS);
                         Some((first, pool))
                     })
                 };
@@ -108,6 +119,9 @@ impl DeviceData {
             c.arm(&self.next, cb, target, pair);
         }
         if fresh && let Some(ts) = self.next.cmd_write_timestamp {
+            if let Some(first) = t.first_write(2 * pair) {
+                self.reset_block(cb, t.pool, first);
+            }
             ts(
                 cb,
                 vk::PipelineStageFlags::TOP_OF_PIPE,
@@ -122,6 +136,9 @@ impl DeviceData {
     pub(super) unsafe fn close_slot_interval(&self, cb: vk::CommandBuffer, s: &Slot) {
         let mut t = s.timing();
         if let (Some(q), Some(ts)) = (t.close(), self.next.cmd_write_timestamp) {
+            if let Some(first) = t.first_write(q) {
+                self.reset_block(cb, t.pool, first);
+            }
             ts(
                 cb,
                 vk::PipelineStageFlags::BOTTOM_OF_PIPE,
@@ -140,13 +157,18 @@ impl DeviceData {
             return;
         };
         let mut pairs = Vec::new();
-        let end = match self.slot(cb) {
+        let (end, reset) = match self.slot(cb) {
             Some(s) => {
                 let mut t = s.timing();
                 t.clocked_pairs(&mut pairs);
-                t.close_bracket()
+                let end = t.close_bracket();
+                (end, end.and_then(|q| t.first_write(q)))
             }
-            None => g.state.close_bracket(cb.as_raw(), &mut pairs),
+            None => {
+                let end = g.state.close_bracket(cb.as_raw(), &mut pairs);
+                let k = cb.as_raw();
+                (end, end.and_then(|q| g.state.first_write(k, q)))
+            }
         };
         if pairs.is_empty() {
             return;
@@ -155,6 +177,9 @@ impl DeviceData {
             && let Some(ts) = self.next.cmd_write_timestamp
             && let Some((pool, first)) = Self::query(g, q / 2)
         {
+            if let Some(block) = reset {
+                self.reset(g, cb, block, BLOCK_PAIRS);
+            }
             ts(
                 cb,
                 vk::PipelineStageFlags::BOTTOM_OF_PIPE,
@@ -181,6 +206,9 @@ impl DeviceData {
         if let (Some((pool, first)), Some(ts)) =
             (Self::query(g, q / 2), self.next.cmd_write_timestamp)
         {
+            if let Some(block) = g.state.first_write(cb.as_raw(), q) {
+                self.reset(g, cb, block, BLOCK_PAIRS);
+            }
             ts(
                 cb,
                 vk::PipelineStageFlags::BOTTOM_OF_PIPE,

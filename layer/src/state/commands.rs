@@ -400,20 +400,23 @@ impl DeviceState {
     }
 
     /// A timestamp pair for a dispatch recorded into `cmd` at the dispatch level under the
-    /// device's lock: from its current block, or the first of a new one. `None` when the pools
+    /// device's lock: from its current block, or the first of a new one (whose queries are
+    /// reset at their first write: [`Self::first_write`]). `None` when the pools
     /// are full (the caller may add a pool and retry) or `cmd` is unknown.
-    pub fn dispatch_slot(&mut self, cmd: u64) -> Option<DispatchSlot> {
+    pub fn dispatch_slot(&mut self, cmd: u64) -> Option<u32> {
         let c = cmd_mut(&mut self.cmds, cmd)?;
         if let Some(slot) = c.timing.next_pair() {
-            return Some(DispatchSlot { slot, reset: None });
+            return Some(slot);
         }
         let first = self.slots.take()?;
         let c = cmd_mut(&mut self.cmds, cmd)?;
-        let slot = c.timing.add_block(first, 0);
-        Some(DispatchSlot {
-            slot,
-            reset: Some(first),
-        })
+        Some(c.timing.add_block(first, 0))
+    }
+
+    /// Before the caller writes query `q` of `cmd`'s recording under the device's lock
+    /// ([`Timing::first_write`]): the first pair of the block to reset first, if any.
+    pub fn first_write(&mut self, cmd: u64, q: u32) -> Option<u32> {
+        cmd_mut(&mut self.cmds, cmd)?.timing.first_write(q)
     }
 
     /// A region's stamp recorded into `cmd` (the command buffer's).

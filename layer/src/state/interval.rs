@@ -10,6 +10,13 @@
 //! interval of a command buffer, or one after a transfer, starts at a top-of-pipe timestamp
 //! before its first dispatch, written into that dispatch's pair ([`Timing::dispatch`]).
 //!
+//! A block's queries are reset when the recording first writes one of them
+//! ([`Timing::first_write`]), not when it takes the block: a clocked dispatch's pair names its
+//! clock record and writes no query unless it starts the recording's bracket, so a recording of
+//! clocked dispatches resets only the block its bracket starts in (and the one it ends in), not
+//! one block in [`BLOCK_PAIRS`] dispatches. On NVIDIA's driver each reset in the middle of a
+//! program's command stream cost llama-server about 5% of its tokens/s.
+//!
 //! The same logic serves both ways a recording is counted: in the command buffer's lock-free
 //! slot ([`crate::recording`]), where a dispatch costs no device lock, and in its
 //! [`CmdState`](super::CmdState) under the lock (a command buffer the slot table had no room
@@ -47,6 +54,8 @@ pub struct Timing {
     /// Whether the recording brackets its clocked dispatches, decided at the first one
     /// (`None` before it).
     bracketing: Option<bool>,
+    /// The blocks (first pairs) whose queries the recording has reset.
+    reset: Vec<u32>,
 }
 
 impl Timing {
@@ -59,6 +68,18 @@ impl Timing {
         }
         self.used += 1;
         Some(first + self.used - 1)
+    }
+
+    /// Before the caller writes query `q`: the first pair of its block when this is the
+    /// recording's first write into that block, whose queries the caller then resets first
+    /// (all [`BLOCK_PAIRS`] pairs, before the write).
+    pub fn first_write(&mut self, q: u32) -> Option<u32> {
+        let first = q / 2 / BLOCK_PAIRS * BLOCK_PAIRS;
+        if self.reset.contains(&first) {
+            return None;
+        }
+        self.reset.push(first);
+        Some(first)
     }
 
     /// A new block, from pair `first`, in query pool `pool`; returns its first pair (taken).
@@ -144,6 +165,7 @@ impl Timing {
             && self.boundary.is_none()
             && self.bracket.is_none()
             && self.bracketing.is_none()
+            && self.reset.is_empty()
     }
 
     /// Empties the timing for the command buffer's next recording, keeping what its lists
@@ -154,17 +176,20 @@ impl Timing {
             mut pipelines,
             mut blocks,
             mut open,
+            mut reset,
             ..
         } = std::mem::take(self);
         stamps.clear();
         pipelines.clear();
         blocks.clear();
         open.clear();
+        reset.clear();
         *self = Timing {
             stamps,
             pipelines,
             blocks,
             open,
+            reset,
             ..Timing::default()
         };
     }
@@ -232,6 +257,33 @@ mod tests {
         assert_eq!(t.add_block(96, 2), 96);
         assert_eq!(t.next_pair(), Some(97));
         assert_eq!((t.blocks.clone(), t.pool), (vec![32, 96], 2));
+    }
+
+    #[test]
+    fn a_block_is_reset_once_a_recording_at_its_first_write() {
+        let mut t = Timing::default();
+        t.add_block(32, 1);
+        t.next_pair();
+        assert_eq!(t.first_write(2 * 32), Some(32));
+        assert_eq!(t.first_write(2 * 33 + 1), None, "the same block");
+        t.add_block(8_192 + 64, 2);
+        assert_eq!(t.first_write(2 * (8_192 + 64) + 1), Some(8_192 + 64));
+        assert_eq!(t.first_write(2 * (8_192 + 64 + 31)), None);
+        t.clear();
+        t.add_block(32, 1);
+        assert_eq!(t.first_write(2 * 32), Some(32), "a new recording resets it again");
+    }
+
+    #[test]
+    fn unbracketed_clocked_dispatches_write_no_query() {
+        // Nothing for the caller to write, so no block is ever reset.
+        let mut t = timing();
+        assert!(!t.clocked(64, 0, || false));
+        let b = t.next_pair().expect("pair");
+        assert!(!t.clocked(b, 1, || unreachable!("asked once")));
+        assert_eq!(t.close(), None);
+        assert_eq!(t.close_bracket(), None);
+        assert!(t.reset.is_empty());
     }
 
     #[test]

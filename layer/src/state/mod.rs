@@ -29,7 +29,7 @@ pub const POOL_PAIRS: u32 = 8_192;
 /// The most query pools the layer creates on one device before it drops timestamps (counted).
 pub const MAX_POOLS: u32 = 16;
 /// At the dispatch level a command buffer takes timestamp pairs in blocks of this many, with
-/// one query reset per block rather than one per dispatch.
+/// at most one query reset per block rather than one per dispatch ([`Timing::first_write`]).
 pub const BLOCK_PAIRS: u32 = 32;
 /// Submissions kept in flight per queue before the oldest are read without proof of completion.
 const INFLIGHT_LIMIT: usize = 4_096;
@@ -84,7 +84,7 @@ pub use hash::{FastMap, KeyHasher, hash_bytes, mix};
 pub use interval::{Timing, UNRESOLVED};
 pub use queues::Completed;
 use queues::QueueInfo;
-pub use slots::{DispatchSlot, Slots};
+pub use slots::Slots;
 
 /// Host span names the layer writes (`HostSpan`'s name), kept as a tag until the writer thread
 /// turns them into strings.

@@ -2,14 +2,6 @@
 
 use super::{BLOCK_PAIRS, Level, POOL_PAIRS};
 
-/// A timestamp pair for a dispatch: `reset` is the first pair of a new block, whose queries the
-/// ffi side resets in the command buffer first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DispatchSlot {
-    pub slot: u32,
-    pub reset: Option<u32>,
-}
-
 /// Free timestamp pairs of the layer's query pools.
 #[derive(Debug, Default)]
 pub struct Slots {

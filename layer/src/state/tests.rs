@@ -158,7 +158,7 @@ fn timed_token(s: &mut DeviceState, n: u32, fence: u64) -> Submission {
         s.record(7, Cmd::Dispatch);
         let slot = s.dispatch_slot(7).expect("a slot");
         let op = s.dispatch_op_of(7);
-        s.dispatch_stamp(7, slot.slot, op);
+        s.dispatch_stamp(7, slot, op);
         s.record(7, Cmd::Barrier(1));
         s.close_interval(7);
     }
@@ -206,7 +206,7 @@ fn only_levels_that_stamp_command_buffers_leave_them_unread() {
         s.record(7, Cmd::Dispatch);
         if level == Level::Dispatch {
             let slot = s.dispatch_slot(7).expect("a slot");
-            s.dispatch_stamp(7, slot.slot, 0);
+            s.dispatch_stamp(7, slot, 0);
         }
         s.record(7, Cmd::Barrier(1));
         s.close_interval(7);
@@ -248,7 +248,7 @@ fn timeline_semaphore_values_complete_their_submissions() {
     s.begin_cmd(7, 0);
     s.record(7, Cmd::Dispatch);
     let slot = s.dispatch_slot(7).expect("slot");
-    s.dispatch_stamp(7, slot.slot, 0);
+    s.dispatch_stamp(7, slot, 0);
     s.close_interval(7);
     s.end_cmd(7, 1);
     s.submit(9, &[vec![7]], None, &[(55, 10)], None);
@@ -300,7 +300,7 @@ fn code_hashes_are_stable() {
 /// interval with a timestamp of its own.
 fn dispatch(s: &mut DeviceState, cmd: u64) -> (u32, bool) {
     s.record(cmd, Cmd::Dispatch);
-    let slot = s.dispatch_slot(cmd).expect("a slot").slot;
+    let slot = s.dispatch_slot(cmd).expect("a slot");
     let op = s.dispatch_op_of(cmd);
     (slot, s.dispatch_stamp(cmd, slot, op))
 }
