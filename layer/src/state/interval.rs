@@ -271,7 +271,11 @@ mod tests {
         assert_eq!(t.first_write(2 * (8_192 + 64 + 31)), None);
         t.clear();
         t.add_block(32, 1);
-        assert_eq!(t.first_write(2 * 32), Some(32), "a new recording resets it again");
+        assert_eq!(
+            t.first_write(2 * 32),
+            Some(32),
+            "a new recording resets it again"
+        );
     }
 
     #[test]
