@@ -164,6 +164,14 @@ float cluster_sum(float v, uint n) {
     return v;
 }
 
+// For elements c .. c + 7 (c a multiple of 8) of a Q8_0, Q4_0 or Q4_1 row at byte rb: the byte of
+// their 32-element block, and the byte of their quants in it (Q4_0, Q4_1: of the bytes whose low
+// or high nibbles they are).
+uvec2 block32_bytes(uint t, uint rb, uint c) {
+    uint b = rb + wt_row_bytes(t, c & ~31u), j = c & 31u;
+    return uvec2(b, b + (t == WT_Q4_1 ? 4u : 2u) + (t == WT_Q8_0 ? j : (j & 15u)));
+}
+
 // Elements c .. c + 7 (c a multiple of 8) of the row at byte rb, type t (constant at each call;
 // f16 rows are loaded by g8_dot): their words, scales included.
 void g8_load(uint t, uint rb, uint c, out uint w[G8W]) {
@@ -172,9 +180,8 @@ void g8_load(uint t, uint rb, uint c, out uint w[G8W]) {
     if (t == WT_Q8_0 || t == WT_Q4_0 || t == WT_Q4_1) {
         // The word of the block's first half (Q4_1: both halves, d and m), and the 8 bytes of
         // quants (Q4_0, Q4_1: the bytes whose low or high nibbles the 8 elements are) as 3 words.
-        uint bs = t == WT_Q8_0 ? 34u : (t == WT_Q4_0 ? 18u : 20u);
-        uint b = rb + (c / 32u) * bs;
-        uint q = b + (t == WT_Q4_1 ? 4u : 2u) + (t == WT_Q8_0 ? j : (j & 15u));
+        uvec2 bq = block32_bytes(t, rb, c);
+        uint b = bq.x, q = bq.y;
         w[0] = QW(b >> 2);
         [[unroll]] for (uint k = 0; k < 3u; k++) {
             if (k < 2u || (q & 2u) != 0u) w[2u + k] = QW((q >> 2) + k);
@@ -204,9 +211,8 @@ void g8_load(uint t, uint rb, uint c, out uint w[G8W]) {
 float g8_dot(uint t, uint rb, uint c, uint w[G8W], vec4 xa, vec4 xb) {
     uint j = c & 31u;
     if (t == WT_Q8_0 || t == WT_Q4_0 || t == WT_Q4_1) {
-        uint bs = t == WT_Q8_0 ? 34u : (t == WT_Q4_0 ? 18u : 20u);
-        uint b = rb + (c / 32u) * bs;
-        uint q = b + (t == WT_Q4_1 ? 4u : 2u) + (t == WT_Q8_0 ? j : (j & 15u));
+        uvec2 bq = block32_bytes(t, rb, c);
+        uint b = bq.x, q = bq.y;
         uvec2 v = span8(w[2], w[3], w[4], (q & 2u) != 0u);
         float d = unpackHalf2x16((b & 2u) != 0u ? w[0] >> 16 : w[0]).x;
         if (t == WT_Q8_0) {
