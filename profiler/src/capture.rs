@@ -443,6 +443,7 @@ impl Plan {
                 unknown_counters: vec!["bytes_to_device".into(), "bytes_from_device".into()],
                 untimed_dispatches: if timestamps_on { untimed_dispatches } else { 0 },
                 dispatch_timing: device.dispatch_timing.clone(),
+                query_reset: device.query_reset.clone(),
                 queues,
                 tail,
             }),
@@ -764,6 +765,7 @@ mod tests {
                 },
                 timestamps: "dispatch".into(),
                 dispatch_timing: "interval".into(),
+                query_reset: "host".into(),
             }],
             ops: vec![RawOp {
                 device: 0,

@@ -113,6 +113,9 @@ enum Command {
         /// At `--timestamps dispatch`: how dispatches are timed.
         #[arg(long, value_enum, default_value_t = DispatchTiming::Clock)]
         dispatch_timing: DispatchTiming,
+        /// Where the layer resets its timestamp queries before they are written.
+        #[arg(long, value_enum, default_value_t = QueryReset::Host)]
+        query_reset: QueryReset,
         /// With shader clocks: leave the pipelines whose stable name (`entry@HASH`, as the trace
         /// names unlabelled dispatches) contains PART uninstrumented, timed by interval
         /// (repeatable, or comma-separated).
@@ -226,6 +229,17 @@ enum LayerTimestamps {
     CommandBuffer,
     /// Every dispatch gets a GPU span of its own (see --dispatch-timing).
     Dispatch,
+}
+
+/// Where the layer resets its timestamp queries (meta.capture.query_reset says which it did).
+#[derive(Clone, Copy, ValueEnum)]
+enum QueryReset {
+    /// From the host at each submit (vkResetQueryPool), where the device has hostQueryReset
+    /// (otherwise as `command-buffer`): the program's command buffers get timestamps only.
+    Host,
+    /// In the command buffers the layer times (vkCmdResetQueryPool), and in its own at
+    /// `submit`: what the layer does on a device without hostQueryReset.
+    CommandBuffer,
 }
 
 /// How `--timestamps dispatch` times each dispatch.
@@ -386,6 +400,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             out,
             timestamps,
             dispatch_timing,
+            query_reset,
             clock_exclude,
             steps,
             layer,
@@ -398,6 +413,11 @@ fn run(cli: Cli) -> Result<Outcome> {
                 dispatch_timing: match dispatch_timing {
                     DispatchTiming::Clock => "clock",
                     DispatchTiming::Interval => "interval",
+                }
+                .into(),
+                query_reset: match query_reset {
+                    QueryReset::Host => "host",
+                    QueryReset::CommandBuffer => "command-buffer",
                 }
                 .into(),
                 clock_exclude,

@@ -34,6 +34,8 @@ pub struct RecordOptions {
     pub timestamps: String,
     /// At `dispatch`: `clock` (shader clocks where the device has them) or `interval`.
     pub dispatch_timing: String,
+    /// `host` or `command-buffer`: where the layer resets its queries.
+    pub query_reset: String,
     /// Parts of pipeline names (`entry@HASH`) left uninstrumented, timed by interval.
     pub clock_exclude: Vec<String>,
     pub steps: StepRule,
@@ -221,6 +223,7 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         .env("DECODESCOPE_CAPTURE_DIR", &dir)
         .env("DECODESCOPE_TIMESTAMPS", &opts.timestamps)
         .env("DECODESCOPE_DISPATCH_TIMING", &opts.dispatch_timing)
+        .env("DECODESCOPE_QUERY_RESET", &opts.query_reset)
         .env("DECODESCOPE_CLOCK_EXCLUDE", opts.clock_exclude.join(","))
         .spawn()
         .map_err(|err| RecordError::Spawn {

@@ -101,6 +101,11 @@ pub struct CaptureMeta {
     /// between the program's barriers, shared by dispatches that overlap); empty otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dispatch_timing: String,
+    /// Where the layer reset its timestamp queries: `host` (from the host, where the device has
+    /// `hostQueryReset`) or `command-buffer` (in the command buffers it timed); empty without
+    /// timestamps.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub query_reset: String,
     /// Every queue of every device the program submitted to, with what it was given over the
     /// whole capture (`device` and `family` as the program created them).
     #[serde(skip_serializing_if = "Vec::is_empty")]

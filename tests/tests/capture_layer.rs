@@ -43,6 +43,8 @@ fn capture_args(out: &Path, mode: &str, knobs: &[&str]) -> Vec<String> {
         "off",
         "--mode",
         mode,
+        // Khronos validation, below the layer, checks what the layer adds too.
+        "--validation",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -102,6 +104,7 @@ fn run_under_layer(
     mode: &str,
     knobs: &[&str],
     level: &str,
+    reset: &str,
 ) -> (Trace, Trace) {
     let (how, level) = match level {
         "dispatch-interval" => ("interval", "dispatch"),
@@ -112,16 +115,29 @@ fn run_under_layer(
     let args = capture_args(&own, mode, knobs);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = record(
-        &["--timestamps", level, "--dispatch-timing", how],
+        &[
+            "--timestamps",
+            level,
+            "--dispatch-timing",
+            how,
+            "--query-reset",
+            reset,
+        ],
         &layer,
         &built("decoder"),
         &args,
     );
+    let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.success(),
-        "{name}: profiler record failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
+        "{name}: profiler record failed:\n{stderr}"
     );
+    // The layer's queries, resets, timestamps and instrumented pipelines are valid usage.
+    let invalid: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("validation error"))
+        .collect();
+    assert!(invalid.is_empty(), "{name}: {}", invalid.join("\n"));
     (read(&layer), read(&own))
 }
 
@@ -140,7 +156,7 @@ fn decode_counters_match_the_decoders_own_trace() {
         ("generic-sync-token", "generic", &["--sync", "token"]),
     ];
     for (name, mode, knobs) in settings {
-        let (layer, own) = run_under_layer(dir.path(), name, mode, knobs, "off");
+        let (layer, own) = run_under_layer(dir.path(), name, mode, knobs, "off", "host");
         assert_same_decode_counters(&layer, &own, name);
         let c = layer.meta.capture.as_ref().expect("capture");
         assert!(c.complete, "{name}: {:?}", c.notes);
@@ -155,19 +171,24 @@ fn decode_counters_match_the_decoders_own_trace() {
 #[test]
 fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // Both presets at every level: the fused preset records once and replays one region per
-    // token, the generic preset records, submits and waits for every dispatch. `dispatch`
-    // reads lavapipe's shader clock in each dispatch (the layer instruments the decoder's
-    // SPIR-V); `dispatch-interval` times by intervals between barriers.
+    // Both presets at every level, with queries reset from the host and in command buffers:
+    // the fused preset records once and replays one region per token, the generic preset
+    // records, submits and waits for every dispatch. `dispatch` reads lavapipe's shader clock
+    // in each dispatch (the layer instruments the decoder's SPIR-V); `dispatch-interval` times
+    // by intervals between barriers.
     let runs = ["fused", "generic"].into_iter().flat_map(|m| {
-        ["submit", "command-buffer", "dispatch", "dispatch-interval"].map(move |l| (m, l))
+        ["submit", "command-buffer", "dispatch", "dispatch-interval"]
+            .into_iter()
+            .flat_map(move |l| ["host", "command-buffer"].map(move |r| (m, l, r)))
     });
-    for (mode, level) in runs {
-        let name = match mode {
-            "fused" => level.to_owned(),
-            _ => format!("{mode}-{level}"),
+    for (mode, level, reset) in runs {
+        let name = match (mode, reset) {
+            ("fused", "host") => level.to_owned(),
+            ("fused", r) => format!("{level}-{r}-resets"),
+            (m, "host") => format!("{m}-{level}"),
+            (m, r) => format!("{m}-{level}-{r}-resets"),
         };
-        let (layer, own) = run_under_layer(dir.path(), &name, mode, &[], level);
+        let (layer, own) = run_under_layer(dir.path(), &name, mode, &[], level, reset);
         assert_same_decode_counters(&layer, &own, &name);
         let c = layer.meta.capture.as_ref().expect("capture");
         assert_eq!(c.untimed_dispatches, 0, "{name}: {:?}", c.notes);
@@ -177,6 +198,8 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
             l => (l, ""),
         };
         assert_eq!(c.dispatch_timing, how, "{name}");
+        // lavapipe has hostQueryReset.
+        assert_eq!(c.query_reset, reset, "{name}");
         assert_eq!(layer.meta.run.timestamps, level);
         assert!(
             [

@@ -199,6 +199,74 @@ fn every_timestamp_level_gives_the_programs_steps_and_times_every_one() {
     }
 }
 
+/// The Khronos validation layer's messages (message ids, one per message) about a `profiler
+/// record --timestamps LEVEL --query-reset RESET` of `wgpu-step`, the validation layer below the
+/// capture layer, so that it checks what the capture layer adds.
+fn validation_messages(dir: &Path, level: &str, reset: &str) -> Vec<String> {
+    let log = dir.join(format!("validation-{level}-{reset}.txt"));
+    let settings = dir.join(format!("vk_layer_settings-{level}-{reset}.txt"));
+    // wgpu installs a debug messenger of its own, which would take the messages: the settings
+    // file makes the layer log them to a file too.
+    std::fs::write(
+        &settings,
+        format!(
+            "khronos_validation.debug_action = VK_DBG_LAYER_ACTION_LOG_MSG\n\
+             khronos_validation.log_filename = {}\n\
+             khronos_validation.report_flags = error,warn\n",
+            log.display()
+        ),
+    )
+    .expect("write the validation layer's settings");
+    let out = dir.join(format!("validation-{level}-{reset}.json"));
+    let o = record_cmd(
+        &["--timestamps", level, "--query-reset", reset],
+        &out,
+        &["--steps", "3", "--dispatches", "4"],
+    )
+    // `profiler record` puts the capture layer first (nearest the program).
+    .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation")
+    .env("VK_LAYER_SETTINGS_PATH", &settings)
+    .output()
+    .expect("run profiler record");
+    assert!(
+        o.status.success(),
+        "--timestamps {level} --query-reset {reset}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("Validation ")?;
+            let start = rest.find("[ ")? + 2;
+            let end = start + rest[start..].find(" ]")?;
+            Some(rest[start..end].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_layer_adds_no_validation_message_to_the_programs_at_any_level() {
+    // wgpu splits each submit into several command buffers, so the submit level wraps them
+    // in the layer's own: with queries reset from the host, and in command buffers.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let own: BTreeSet<String> = validation_messages(dir.path(), "off", "host")
+        .into_iter()
+        .collect();
+    for level in ["submit", "command-buffer", "dispatch"] {
+        for reset in ["host", "command-buffer"] {
+            let added: Vec<String> = validation_messages(dir.path(), level, reset)
+                .into_iter()
+                .filter(|m| !own.contains(m))
+                .collect();
+            assert!(
+                added.is_empty(),
+                "--timestamps {level} --query-reset {reset}: the layer adds {added:?} to the \
+                 program's own {own:?}"
+            );
+        }
+    }
+}
+
 /// A `profiler record` of `wgpu-step` that is running: the program's stdout lines as they come
 /// (through a thread, so a hung program fails the test instead of hanging it) and
 /// `profiler record`'s stderr, collected to the end. On every failure path both processes (the

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use ash::vk::{self, Handle};
 
+use super::features::{Patch, named, writable};
 use super::{InstanceData, Next, dev, slice};
 use crate::spirv::{self, RECORD_BYTES};
 use crate::state::{FastMap, MAX_POOLS, POOL_PAIRS, RECHECK};
@@ -60,42 +61,6 @@ pub(super) struct ClockPlan {
     /// The program enables `vulkanMemoryModelDeviceScope` (which modules of the Vulkan memory
     /// model need once instrumented).
     device_scope: bool,
-}
-
-/// A `VkBool32` in one of the program's feature structures that the layer turns on for the
-/// length of `vkCreateDevice` (a second structure of the same type in the chain would be
-/// invalid) and restores once the call returns.
-struct Patch {
-    field: *mut vk::Bool32,
-    was: vk::Bool32,
-}
-
-/// True when `len` bytes at `addr` lie in a writable mapping of this process (the program's
-/// structures are `const` to Vulkan, and may be in read-only memory).
-fn writable(addr: usize, len: usize) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return false;
-    };
-    maps.lines().any(|l| {
-        let mut f = l.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            return false;
-        };
-        let Some((a, b)) = range.split_once('-') else {
-            return false;
-        };
-        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
-            return false;
-        };
-        a <= addr && addr + len <= b && perms.as_bytes().get(1) == Some(&b'w')
-    })
-}
-
-/// Whether `name` is among the `requested` extension names.
-unsafe fn named(requested: &[*const c_char], name: &CStr) -> bool {
-    requested
-        .iter()
-        .any(|&p| !p.is_null() && CStr::from_ptr(p) == name)
 }
 
 /// What the device must offer and the program must not turn off for shader clocks; the

@@ -160,17 +160,33 @@ pub(super) unsafe extern "system" fn begin_command_buffer(
     let r = f(cb, info);
     if r == vk::Result::SUCCESS {
         let k = cb.as_raw();
+        let simultaneous = !info.is_null()
+            && (*info)
+                .flags
+                .contains(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
         let mut g = d.lock();
         d.read_unread(&mut g, k);
         d.discard(&mut g, k);
-        g.state.begin_cmd(k, t0);
-        if g.state.level == Level::CommandBuffer
+        if g.state.begin_cmd(k, t0, simultaneous)
+            && d.level == Level::Dispatch
+            && let Some(t) = &d.recordings
+        {
+            t.claim(k, g.state.can_time(k));
+        }
+        // The command-buffer level's stamp, or the submit level's where a submit of this
+        // command buffer alone is timed by it.
+        if d.level != Level::Dispatch
+            && g.state.stamps_command_buffers()
             && g.state.can_time(k)
             && let Some(slot) = d.take_slot(&mut g)
         {
             d.reset(&g, cb, slot, 1);
             d.stamp_start(&g, cb, slot);
-            let op = g.state.region_op("command buffer");
+            let op = g.state.region_op(if d.level == Level::Submit {
+                "submit"
+            } else {
+                "command buffer"
+            });
             d.announce(&mut g);
             g.state.add_stamp(k, Stamp::pair(slot, op, 0));
         }
@@ -192,7 +208,7 @@ pub(super) unsafe extern "system" fn end_command_buffer(cb: vk::CommandBuffer) -
         d.close_interval(&mut g, cb);
         d.close_bracket(&mut g, cb);
         d.absorb(&mut g, k);
-        if g.state.level == Level::CommandBuffer
+        if d.level != Level::Dispatch
             && let Some(slot) = g.state.command_buffer_stamp(k)
         {
             d.stamp_end(&g, cb, slot);

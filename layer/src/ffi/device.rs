@@ -11,6 +11,7 @@ use profiler::capture::{RawDevice, RawRecord};
 use profiler::trace::{ClockMeta, DeviceMeta};
 use profiler::vulkan;
 
+use super::features::HostReset;
 use super::loader::{LayerDeviceLink, VK_LAYER_LINK_INFO, VK_LOADER_DATA_CALLBACK, find_chain};
 use super::{
     DeviceData, Inner, InstanceData, Next, SetDeviceLoaderData, Timer, add_device, config, dev,
@@ -174,9 +175,22 @@ pub(super) unsafe extern "system" fn create_device(
         _ => Err(String::new()),
     }
     .ok();
-    let without_clock = names.clone();
+    // Host query resets for every timed level, where the device has them.
+    let mut reset = if level == Level::Off || !config().host_reset {
+        None
+    } else {
+        HostReset::plan(&inst, pd, &*info, &requested, &available)
+            .map_err(|why| {
+                eprintln!("decodescope layer: queries are reset in command buffers: {why}");
+            })
+            .ok()
+    };
+    let without_added = names.clone();
     if let Some(p) = &plan {
         names.extend(p.extensions.iter().map(|n| n.as_ptr()));
+    }
+    if let Some(n) = reset.as_ref().and_then(|p| p.extension) {
+        names.push(n.as_ptr());
     }
     let mut ci = *info;
     ci.enabled_extension_count = names.len() as u32;
@@ -184,21 +198,28 @@ pub(super) unsafe extern "system" fn create_device(
     if let Some(p) = plan.as_mut() {
         p.apply(&mut ci);
     }
+    if let Some(p) = reset.as_mut() {
+        p.apply(&mut ci);
+    }
     let mut r = create(pd, &ci, alloc, out);
+    if let Some(p) = &reset {
+        p.restore();
+    }
     if let Some(p) = &plan {
         p.restore();
     }
-    if r != vk::Result::SUCCESS && plan.is_some() {
+    if r != vk::Result::SUCCESS && (plan.is_some() || reset.is_some()) {
         // The driver refused what the layer added: the program's own request, timed by
-        // interval.
+        // interval, with queries reset in command buffers.
         eprintln!(
-            "decodescope layer: dispatches are timed by interval: vkCreateDevice with shader \
-             clocks failed ({r:?})"
+            "decodescope layer: vkCreateDevice with the layer's features failed ({r:?}); \
+             dispatches are timed by interval and queries reset in command buffers"
         );
         plan = None;
+        reset = None;
         let mut ci = *info;
-        ci.enabled_extension_count = without_clock.len() as u32;
-        ci.pp_enabled_extension_names = without_clock.as_ptr();
+        ci.enabled_extension_count = without_added.len() as u32;
+        ci.pp_enabled_extension_names = without_added.as_ptr();
         r = create(pd, &ci, alloc, out);
     }
     if r != vk::Result::SUCCESS {
@@ -206,6 +227,7 @@ pub(super) unsafe extern "system" fn create_device(
     }
     let device = *out;
     let next = Next::load(next_gdpa, device);
+    let host_reset = reset.and(next.reset_query_pool.or(next.reset_query_pool_ext));
     let meta = device_meta(&inst, pd);
     let families = inst.fns.get_physical_device_queue_family_properties(pd);
     let valid_bits = families
@@ -215,6 +237,7 @@ pub(super) unsafe extern "system" fn create_device(
         .unwrap_or(0);
     let index = super::device_count();
     let mut state = DeviceState::new(index, level, now_ns());
+    state.host_reset = host_reset.is_some();
     state.timestamp_families = families
         .iter()
         .map(|f| f.timestamp_valid_bits > 0)
@@ -252,6 +275,7 @@ pub(super) unsafe extern "system" fn create_device(
         recordings: Some(Table::default()),
         descriptor_writes: AtomicU64::new(0),
         clock,
+        host_reset,
         inner: Mutex::new(Inner {
             state,
             timer: Timer::default(),
@@ -283,6 +307,12 @@ pub(super) unsafe extern "system" fn create_device(
         clock,
         timestamps: if timed { level.name() } else { "off" }.into(),
         dispatch_timing: dispatch_timing.into(),
+        query_reset: match (timed, host_reset) {
+            (false, _) => "",
+            (true, Some(_)) => "host",
+            (true, None) => "command-buffer",
+        }
+        .into(),
     }));
     if !add_device(key(device), data) {
         eprintln!(

@@ -9,10 +9,12 @@
 //! timestamps the layer adds at the chosen level, written into query pools of its own
 //! ([`timer`]):
 //!
-//! - `submit`: two command buffers of the layer's own wrap the program's command buffers of each
-//!   `vkQueueSubmit`/`vkQueueSubmit2` (a query reset and a top-of-pipe timestamp; a
-//!   bottom-of-pipe timestamp);
-//! - `command-buffer`: a reset and timestamp after `vkBeginCommandBuffer`, one before
+//! - `submit`: a timestamp at the start and the end of the submit's work. Where the layer resets
+//!   its queries from the host (below), a submit of one command buffer is timed by two
+//!   timestamps recorded into that command buffer after `vkBeginCommandBuffer` and before
+//!   `vkEndCommandBuffer`; any other submit is wrapped in two command buffers of the layer's
+//!   own (a top-of-pipe timestamp; a bottom-of-pipe timestamp);
+//! - `command-buffer`: a timestamp after `vkBeginCommandBuffer` and one before
 //!   `vkEndCommandBuffer`, in every primary command buffer;
 //! - `dispatch`: where the device has shader clocks, every dispatch of an instrumented pipeline
 //!   times itself and two timestamps bracket each command buffer ([`clock`]); elsewhere (and with
@@ -20,10 +22,16 @@
 //!   the program's barriers: a
 //!   bottom-of-pipe timestamp before each barrier (and the end of the command buffer) that
 //!   follows a dispatch, a top-of-pipe one before a command buffer's first dispatch (and the first
-//!   after a transfer), and one query reset per block of
-//!   [`BLOCK_PAIRS`](crate::state::BLOCK_PAIRS) dispatches, recorded before the block's first
-//!   timestamp (a block of clocked dispatches outside the bracket writes none and is not reset:
-//!   [`Timing::first_write`](crate::state::Timing::first_write)).
+//!   after a transfer). Pairs come in blocks of [`BLOCK_PAIRS`](crate::state::BLOCK_PAIRS).
+//!
+//! Queries are reset from the host where the device has `hostQueryReset` (the layer turns the
+//! feature on at `vkCreateDevice`, [`features`]; `DECODESCOPE_QUERY_RESET=command-buffer` opts
+//! out): `vkResetQueryPool` on the pairs of each command buffer at its submit, which Vulkan
+//! allows because a command buffer is submitted again only once its last submission is
+//! complete (one recorded with `SIMULTANEOUS_USE` is not timed then). Elsewhere a reset is
+//! recorded before the first timestamp of each pair or block
+//! ([`Timing::first_write`](crate::state::Timing::first_write)), and into the submit level's
+//! own command buffers.
 //!
 //! Timestamps are read, never waited for, once the layer knows their submission complete: a
 //! fence or timeline semaphore it signalled (or a later one of the same queue) was waited for or
@@ -42,6 +50,7 @@
 mod clock;
 mod commands;
 mod device;
+mod features;
 mod loader;
 mod mapped;
 mod objects;
@@ -114,6 +123,9 @@ struct Config {
     /// `$DECODESCOPE_CLOCK_EXCLUDE`: comma-separated parts of pipeline names (`entry@HASH`)
     /// whose pipelines are not instrumented, and timed by interval.
     clock_exclude: Vec<String>,
+    /// `$DECODESCOPE_QUERY_RESET`: queries reset from the host where the device has
+    /// `hostQueryReset` (`host`, the default), or always in command buffers (`command-buffer`).
+    host_reset: bool,
 }
 
 fn config() -> &'static Config {
@@ -149,11 +161,24 @@ fn config() -> &'static Config {
             .filter(|p| !p.is_empty())
             .map(String::from)
             .collect();
+        let reset = std::env::var("DECODESCOPE_QUERY_RESET").unwrap_or_default();
+        let host_reset = match reset.as_str() {
+            "" | "host" => true,
+            "command-buffer" => false,
+            _ => {
+                eprintln!(
+                    "decodescope layer: DECODESCOPE_QUERY_RESET={reset:?} is not host or \
+                     command-buffer; using host"
+                );
+                true
+            }
+        };
         Config {
             dir,
             level,
             shader_clock,
             clock_exclude,
+            host_reset,
         }
     })
 }
@@ -374,6 +399,8 @@ next_table! {
     destroy_query_pool: PFN_vkDestroyQueryPool = "vkDestroyQueryPool",
     get_query_pool_results: PFN_vkGetQueryPoolResults = "vkGetQueryPoolResults",
     cmd_reset_query_pool: PFN_vkCmdResetQueryPool = "vkCmdResetQueryPool",
+    reset_query_pool: PFN_vkResetQueryPool = "vkResetQueryPool",
+    reset_query_pool_ext: PFN_vkResetQueryPool = "vkResetQueryPoolEXT",
     get_calibrated_timestamps_khr: PFN_vkGetCalibratedTimestampsKHR =
         "vkGetCalibratedTimestampsKHR",
     get_calibrated_timestamps_ext: PFN_vkGetCalibratedTimestampsKHR =
@@ -412,6 +439,9 @@ struct DeviceData {
     descriptor_writes: AtomicU64,
     /// At the dispatch level on a device with shader clocks: their state ([`clock`]).
     clock: Option<clock::ShaderClock>,
+    /// `vkResetQueryPool`, where the device has `hostQueryReset`: the layer's queries are then
+    /// reset from the host, never in a command buffer ([`timer`]).
+    host_reset: Option<vk::PFN_vkResetQueryPool>,
     inner: Mutex<Inner>,
 }
 

@@ -64,6 +64,7 @@ impl DeviceData {
         let slot = self.take_slot(g)?;
         match self.wrappers(g, family, slot) {
             Some((start, end)) => {
+                g.state.resets.push((slot, 1));
                 let op = g.state.region_op("submit");
                 Some((Stamp::pair(slot, op, 0), start, end))
             }
@@ -95,7 +96,12 @@ impl DeviceData {
             self.read_jobs(&mut g, jobs);
         }
         let any = batches.iter().any(|b| !b.as_ref().is_empty());
-        let wrapped = if g.state.level == Level::Submit && g.state.timing && wrappable && any {
+        let wrapped = if g.state.level == Level::Submit
+            && g.state.timing
+            && wrappable
+            && any
+            && !g.state.submit_timed_by_its_command_buffer(batches)
+        {
             self.wrap(&mut g, queue.as_raw())
         } else {
             None
@@ -108,6 +114,7 @@ impl DeviceData {
             signals,
             wrapped.map(|w| w.0),
         );
+        self.reset_on_host(&mut g);
         let overdue = g.state.overdue(queue.as_raw());
         if !overdue.is_empty() {
             self.read_jobs(&mut g, overdue);

@@ -26,6 +26,9 @@ impl DeviceData {
         if f(self.handle, &qi, std::ptr::null(), &mut pool) != vk::Result::SUCCESS {
             return false;
         }
+        if let Some(reset) = self.host_reset {
+            reset(self.handle, pool, 0, POOL_PAIRS * 2);
+        }
         g.timer.pools.push(pool);
         g.state.slots.grow();
         g.state.timing = true;
@@ -50,15 +53,23 @@ impl DeviceData {
         Some((pool, (slot % POOL_PAIRS) * 2))
     }
 
-    /// Records a reset of `pairs` pairs from `slot` into `cb`.
+    /// Records a reset of `pairs` pairs from `slot` into `cb`, unless the layer resets its
+    /// queries from the host ([`Self::reset_on_host`]).
     pub(super) unsafe fn reset(&self, g: &Inner, cb: vk::CommandBuffer, slot: u32, pairs: u32) {
+        if self.host_reset.is_some() {
+            return;
+        }
         if let (Some((pool, q)), Some(r)) = (Self::query(g, slot), self.next.cmd_reset_query_pool) {
             r(cb, pool, q, pairs * 2);
         }
     }
 
-    /// Records a reset of the block from pair `first` (in query pool `pool`) into `cb`.
+    /// Records a reset of the block from pair `first` (in query pool `pool`) into `cb`, unless
+    /// the layer resets its queries from the host.
     unsafe fn reset_block(&self, cb: vk::CommandBuffer, pool: u64, first: u32) {
+        if self.host_reset.is_some() {
+            return;
+        }
         if let Some(r) = self.next.cmd_reset_query_pool {
             r(
                 cb,
@@ -67,6 +78,38 @@ impl DeviceData {
                 BLOCK_PAIRS * 2,
             );
         }
+    }
+
+    /// Resets from the host the pairs the state listed at the submit just counted
+    /// ([`DeviceState::resets`](crate::state::DeviceState::resets)): one `vkResetQueryPool`
+    /// per run of consecutive pairs in one pool.
+    pub(super) unsafe fn reset_on_host(&self, g: &mut Inner) {
+        let Some(reset) = self.host_reset else {
+            g.state.resets.clear();
+            return;
+        };
+        if g.state.resets.is_empty() {
+            return;
+        }
+        let mut runs = std::mem::take(&mut g.state.resets);
+        runs.sort_unstable();
+        let mut i = 0;
+        while i < runs.len() {
+            let (first, mut end) = (runs[i].0, runs[i].0 + runs[i].1);
+            i += 1;
+            while i < runs.len()
+                && runs[i].0 <= end
+                && (first / POOL_PAIRS) == (runs[i].0 / POOL_PAIRS)
+            {
+                end = end.max(runs[i].0 + runs[i].1);
+                i += 1;
+            }
+            if let Some((pool, q)) = Self::query(g, first) {
+                reset(self.handle, pool, q, (end - first) * 2);
+            }
+        }
+        runs.clear();
+        g.state.resets = runs;
     }
 
     /// Records the start timestamp of `slot` into `cb`.

@@ -55,13 +55,16 @@ pub struct CmdState {
     /// command buffer without a lock-free slot).
     timing: Timing,
     /// Dispatch level: the blocks of pairs the ended recording holds (first pair of each).
-    blocks: Vec<u32>,
+    pub(super) blocks: Vec<u32>,
     /// Dispatches recorded with a stamp of their own.
     pub(super) timed_dispatches: u64,
     /// The last submission, until its stamps are read.
     pub unread: Option<Submission>,
     /// Begun since its pool's last reset (it is on the pool's list of begun command buffers).
     begun: bool,
+    /// Recorded with `SIMULTANEOUS_USE`: it may be submitted again while pending, when its
+    /// queries cannot be reset from the host, so with host resets it is not timed.
+    pub simultaneous: bool,
 }
 
 /// Command buffer `cmd`'s state. Every lookup of the per-command-buffer map goes through this
@@ -147,11 +150,12 @@ impl DeviceState {
         );
     }
 
-    /// True when `cmd` is a primary command buffer whose queue family can write timestamps.
+    /// True when `cmd` is a primary command buffer whose queue family can write timestamps
+    /// (and, with host resets, one that is not submitted again while pending).
     pub fn can_time(&self, cmd: u64) -> bool {
         self.timing
             && self.cmds.get(&cmd).is_some_and(|c| {
-                !c.secondary
+                !(c.secondary || self.host_reset && c.simultaneous)
                     && self
                         .pool_family
                         .get(&c.pool)
@@ -167,7 +171,7 @@ impl DeviceState {
     /// unread, and the command buffer's state is not looked up: after the program's wait it
     /// is out of the cache, and a begin or a submit would wait for it.
     pub fn unread_of(&mut self, cmd: u64) -> Option<ReadJob> {
-        if !self.level.stamps_command_buffers() {
+        if !self.stamps_command_buffers() {
             return None;
         }
         let c = cmd_mut(&mut self.cmds, cmd)?;
@@ -208,12 +212,17 @@ impl DeviceState {
         Some(c)
     }
 
-    /// `vkBeginCommandBuffer` (an implicit reset): counts it and starts a new recording.
-    pub fn begin_cmd(&mut self, cmd: u64, now_ns: u64) {
+    /// `vkBeginCommandBuffer` (an implicit reset): counts it and starts a new recording, with
+    /// `SIMULTANEOUS_USE` or not. True when that flag changed since the last recording (the
+    /// caller updates the lock-free slot's `timed`: [`Self::can_time`]).
+    pub fn begin_cmd(&mut self, cmd: u64, now_ns: u64, simultaneous: bool) -> bool {
         self.group.counters.command_buffers_begun += 1;
         self.total.command_buffers_begun += 1;
         cmd_entry(&mut self.cmds, cmd);
+        let mut changed = false;
         if let Some(c) = self.clear_recording(cmd) {
+            changed = c.simultaneous != simultaneous;
+            c.simultaneous = simultaneous;
             c.record_start_ns = Some(now_ns);
             if !c.begun {
                 c.begun = true;
@@ -222,6 +231,7 @@ impl DeviceState {
             }
         }
         self.recording += 1;
+        changed
     }
 
     /// `vkResetCommandBuffer` or a pool reset: the recording is gone.
@@ -249,9 +259,10 @@ impl DeviceState {
         let Some(c) = cmd_mut(&mut self.cmds, cmd) else {
             return;
         };
-        // A command-buffer stamp covers every dispatch recorded into it.
+        // A command-buffer stamp (or the submit level's, in a command buffer) covers every
+        // dispatch recorded into it.
         let dispatches = c.counters.dispatches;
-        if self.level == Level::CommandBuffer
+        if matches!(self.level, Level::CommandBuffer | Level::Submit)
             && let Some(s) = c.stamps.first_mut()
         {
             s.covers = dispatches;

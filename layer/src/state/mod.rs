@@ -61,12 +61,6 @@ impl Level {
             Level::Dispatch => "dispatch",
         }
     }
-    /// Whether the program's own command buffers get stamps at this level, and so can leave
-    /// results unread after a submission. Below it the layer times only its own command
-    /// buffers (`submit`) or nothing (`off`).
-    pub fn stamps_command_buffers(self) -> bool {
-        matches!(self, Level::CommandBuffer | Level::Dispatch)
-    }
 }
 
 mod clock;
@@ -236,6 +230,13 @@ pub struct DeviceState {
     pub slots: Slots,
     /// True once the device's query pools exist (timestamps on and supported).
     pub timing: bool,
+    /// The ffi side resets queries from the host (`hostQueryReset`), never in a command
+    /// buffer: the pairs of each submitted command buffer (and the submit level's own pair)
+    /// are listed in [`Self::resets`] at its submit.
+    pub host_reset: bool,
+    /// Pairs to reset from the host before the submit just counted reaches the driver: (first
+    /// pair, pairs). The ffi side empties it.
+    pub resets: Vec<(u32, u32)>,
     /// Shader clocks onto timestamps ([`ClockMap`]).
     pub clock_map: ClockMap,
     group: Group,
@@ -276,6 +277,8 @@ impl DeviceState {
             level,
             slots: Slots::new(level),
             timing: false,
+            host_reset: false,
+            resets: Vec::new(),
             clock_map: ClockMap::default(),
             group: Group {
                 start_ns: now_ns,
@@ -300,6 +303,19 @@ impl DeviceState {
             announce: Vec::new(),
             timestamp_families: Vec::new(),
             transfer_families: Vec::new(),
+        }
+    }
+
+    /// Whether the program's own command buffers get stamps, and so can leave results unread
+    /// after a submission: at the command-buffer and dispatch levels, and at the submit level
+    /// where queries are reset from the host (a submit of one command buffer is then timed by
+    /// that command buffer's pair, not by the layer's wrappers:
+    /// [`Self::submit_timed_by_its_command_buffer`]). At `off` nothing is timed.
+    pub fn stamps_command_buffers(&self) -> bool {
+        match self.level {
+            Level::Off => false,
+            Level::Submit => self.host_reset,
+            Level::CommandBuffer | Level::Dispatch => true,
         }
     }
 

@@ -76,8 +76,7 @@ impl DeviceState {
     /// unread (it is complete: a command buffer is submitted again only once it is).
     pub fn resubmitted<B: AsRef<[u64]>>(&mut self, batches: &[B]) -> Vec<ReadJob> {
         let mut jobs = Vec::new();
-        // Only the command-buffer and dispatch levels leave stamps in command buffers.
-        if matches!(self.level, Level::Off | Level::Submit) {
+        if !self.stamps_command_buffers() {
             return jobs;
         }
         for cmd in batches.iter().flat_map(|b| b.as_ref()) {
@@ -88,9 +87,25 @@ impl DeviceState {
         jobs
     }
 
+    /// True when a submit of `batches` at the submit level is timed by the pair its one command
+    /// buffer recorded (queries reset from the host), so the layer does not wrap it: two more
+    /// command buffers a submit cost llama-server about 3% of its tokens/s on an H200, two more
+    /// timestamps in its own command buffer nothing measurable (docs/performance.md).
+    pub fn submit_timed_by_its_command_buffer<B: AsRef<[u64]>>(&self, batches: &[B]) -> bool {
+        if !(self.level == Level::Submit && self.host_reset) {
+            return false;
+        }
+        let mut cbs = batches.iter().flat_map(|b| b.as_ref());
+        match (cbs.next(), cbs.next()) {
+            (Some(c), None) => self.cmds.get(c).is_some_and(|c| !c.stamps.is_empty()),
+            _ => false,
+        }
+    }
+
     /// Counts a `vkQueueSubmit` of `batches` (command buffer keys per batch) to `queue`, which
     /// signals `fence` and the timeline semaphore values `signals` when done; `own` is the
-    /// layer's submit-level stamp when it wraps this submit. Returns the submission.
+    /// layer's submit-level stamp when it wraps this submit. With host resets, the pairs of
+    /// the submitted command buffers join [`Self::resets`]. Returns the submission.
     pub fn submit<B: AsRef<[u64]>>(
         &mut self,
         queue: u64,
@@ -104,6 +119,7 @@ impl DeviceState {
             self.add_queue(queue, 0, u32::MAX);
         }
         let level = self.level;
+        let by_cb = self.submit_timed_by_its_command_buffer(batches);
         let index = self.group.counters.submits() as u32;
         let group = self.next_group;
         let Some(q) = self.queues.get_mut(&queue) else {
@@ -150,14 +166,26 @@ impl DeviceState {
                     Level::CommandBuffer => 0,
                     Level::Dispatch => c.counters.dispatches.saturating_sub(c.timed_dispatches),
                 };
-                // Only command buffers with stamps have anything to read once complete.
-                if !c.stamps.is_empty() {
+                // The command buffer's last execution is complete (Vulkan submits again only
+                // a command buffer that is not pending) and was read above
+                // ([`Self::resubmitted`]), so its queries may be reset from the host.
+                if self.host_reset {
+                    if level == Level::Dispatch {
+                        self.resets
+                            .extend(c.blocks.iter().map(|&b| (b, super::BLOCK_PAIRS)));
+                    } else {
+                        self.resets.extend(c.stamps.iter().map(|s| (s.slot, 1)));
+                    }
+                }
+                // Only command buffers with stamps have anything to read once complete (at the
+                // submit level, only the one command buffer that times its submit).
+                if !c.stamps.is_empty() && (level != Level::Submit || by_cb) {
                     c.unread = Some(sub);
                     cbs.push(*cmd);
                 }
             }
         }
-        if level == Level::Submit && own.is_none() {
+        if level == Level::Submit && own.is_none() && !by_cb {
             untimed = dispatches;
         }
         if untimed > 0 {

@@ -17,7 +17,7 @@ fn state(level: Level) -> DeviceState {
 fn commands_count_at_every_submit() {
     let mut s = state(Level::Off);
     s.allocate_cmd(7, 1, false);
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     s.bind_pipeline(7, 100);
     s.record(7, Cmd::Dispatch);
     s.record(7, Cmd::Barrier(2));
@@ -43,15 +43,15 @@ fn a_pool_reset_touches_the_command_buffers_begun_since_the_last_one() {
     }
     s.add_pool(2, 0);
     s.allocate_cmd(20, 2, false);
-    s.begin_cmd(8, 0);
-    s.begin_cmd(8, 1);
-    s.begin_cmd(7, 2);
-    s.begin_cmd(20, 3);
+    s.begin_cmd(8, 0, false);
+    s.begin_cmd(8, 1, false);
+    s.begin_cmd(7, 2, false);
+    s.begin_cmd(20, 3, false);
     assert_eq!(s.begun_in_pool(1), vec![7, 8]);
     assert_eq!(s.begun_in_pool(1), Vec::<u64>::new());
-    s.begin_cmd(9, 4);
+    s.begin_cmd(9, 4, false);
     s.free_cmd(9);
-    s.begin_cmd(8, 5);
+    s.begin_cmd(8, 5, false);
     assert_eq!(s.begun_in_pool(1), vec![8]);
     assert_eq!(s.begun_in_pool(2), vec![20]);
 }
@@ -60,7 +60,7 @@ fn a_pool_reset_touches_the_command_buffers_begun_since_the_last_one() {
 fn signatures_ignore_host_side_counts() {
     let work = |s: &mut DeviceState, begin: bool| {
         if begin {
-            s.begin_cmd(7, 0);
+            s.begin_cmd(7, 0, false);
             s.bind_pipeline(7, 100);
             s.record(7, Cmd::Dispatch);
             s.end_cmd(7, 1);
@@ -81,7 +81,7 @@ fn signatures_ignore_host_side_counts() {
 fn labels_then_names_then_stable_pipeline_labels() {
     let mut s = state(Level::Dispatch);
     s.allocate_cmd(7, 1, false);
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     s.created_pipeline(100, "main", 0x1234_5678_9abc, 0);
     s.bind_pipeline(7, 100);
     let op = s.dispatch_op_of(7);
@@ -118,7 +118,7 @@ fn a_lock_free_recording_finds_its_ops_when_it_joins_the_state() {
     // pipeline bound.
     let mut s = state(Level::Dispatch);
     s.allocate_cmd(7, 1, false);
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     s.created_pipeline(100, "main", 0x1234_5678_9abc, 0);
     s.name_pipeline(100, "matvec".into());
     s.push_label(7, "L0.q_proj".into());
@@ -152,7 +152,7 @@ fn a_lock_free_recording_finds_its_ops_when_it_joins_the_state() {
 
 /// Records `n` timed dispatches into command buffer 7 and submits it.
 fn timed_token(s: &mut DeviceState, n: u32, fence: u64) -> Submission {
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     s.bind_pipeline(7, 100);
     for _ in 0..n {
         s.record(7, Cmd::Dispatch);
@@ -188,38 +188,142 @@ fn a_fence_wait_reads_every_stamp_of_its_submission_and_blocks_hold_32() {
 
 #[test]
 fn only_levels_that_stamp_command_buffers_leave_them_unread() {
-    // `unread_of` does not look for unread results below the command-buffer level.
-    for level in [
-        Level::Off,
-        Level::Submit,
-        Level::CommandBuffer,
-        Level::Dispatch,
-    ] {
-        let mut s = state(level);
-        s.allocate_cmd(7, 1, false);
-        s.begin_cmd(7, 0);
-        if level == Level::CommandBuffer {
-            let slot = s.slots.take().expect("a pair");
-            s.add_stamp(7, Stamp::pair(slot, 0, 0));
+    // `unread_of` does not look for unread results below the command-buffer level (or the
+    // submit level with host resets, where a submit's one command buffer times it).
+    for host_reset in [false, true] {
+        for level in [
+            Level::Off,
+            Level::Submit,
+            Level::CommandBuffer,
+            Level::Dispatch,
+        ] {
+            let mut s = state(level);
+            s.host_reset = host_reset;
+            s.allocate_cmd(7, 1, false);
+            s.begin_cmd(7, 0, false);
+            if level == Level::CommandBuffer || level == Level::Submit && host_reset {
+                let slot = s.slots.take().expect("a pair");
+                s.add_stamp(7, Stamp::pair(slot, 0, 0));
+            }
+            s.bind_pipeline(7, 100);
+            s.record(7, Cmd::Dispatch);
+            if level == Level::Dispatch {
+                let slot = s.dispatch_slot(7).expect("a slot");
+                s.dispatch_stamp(7, slot, 0);
+            }
+            s.record(7, Cmd::Barrier(1));
+            s.close_interval(7);
+            s.end_cmd(7, 1);
+            s.submit(9, &[vec![7]], Some(3), &[], None);
+            let stamps = s.stamps_command_buffers();
+            assert_eq!(
+                stamps,
+                matches!(level, Level::CommandBuffer | Level::Dispatch)
+                    || level == Level::Submit && host_reset
+            );
+            assert_eq!(s.cmds[&7].unread.is_some(), stamps, "{}", level.name());
+            assert_eq!(s.unread_of(7).is_some(), stamps);
         }
-        s.bind_pipeline(7, 100);
-        s.record(7, Cmd::Dispatch);
-        if level == Level::Dispatch {
-            let slot = s.dispatch_slot(7).expect("a slot");
-            s.dispatch_stamp(7, slot, 0);
-        }
-        s.record(7, Cmd::Barrier(1));
-        s.close_interval(7);
-        s.end_cmd(7, 1);
-        s.submit(9, &[vec![7]], Some(3), &[], None);
-        assert_eq!(
-            s.cmds[&7].unread.is_some(),
-            level.stamps_command_buffers(),
-            "{}",
-            level.name()
-        );
-        assert_eq!(s.unread_of(7).is_some(), level.stamps_command_buffers());
     }
+}
+
+/// A command buffer `cmd` recorded at `s`'s level with `dispatches` dispatches, each with a
+/// stamp at the dispatch level, and at the other levels one stamp of its own (as the ffi side
+/// adds at its begin).
+fn recorded(s: &mut DeviceState, cmd: u64, dispatches: u32) {
+    s.allocate_cmd(cmd, 1, false);
+    s.begin_cmd(cmd, 0, false);
+    if s.level != Level::Dispatch && s.stamps_command_buffers() {
+        let slot = s.slots.take().expect("a pair");
+        s.add_stamp(cmd, Stamp::pair(slot, 0, 0));
+    }
+    for _ in 0..dispatches {
+        s.record(cmd, Cmd::Dispatch);
+        if s.level == Level::Dispatch {
+            let slot = s.dispatch_slot(cmd).expect("a slot");
+            s.dispatch_stamp(cmd, slot, 0);
+            s.record(cmd, Cmd::Barrier(1));
+            s.close_interval(cmd);
+        }
+    }
+    s.end_cmd(cmd, 1);
+}
+
+#[test]
+fn with_host_resets_each_submit_lists_the_pairs_its_command_buffers_write() {
+    for level in [Level::Submit, Level::CommandBuffer, Level::Dispatch] {
+        let mut s = state(level);
+        s.host_reset = true;
+        recorded(&mut s, 7, 40);
+        let pairs: Vec<(u32, u32)> = match level {
+            Level::Dispatch => s.cmds[&7]
+                .blocks
+                .iter()
+                .map(|&b| (b, BLOCK_PAIRS))
+                .collect(),
+            _ => s.cmds[&7].stamps.iter().map(|t| (t.slot, 1)).collect(),
+        };
+        // 40 dispatches take two blocks of 32 pairs; the other levels, one pair.
+        assert_eq!(pairs.len(), if level == Level::Dispatch { 2 } else { 1 });
+        // Every submit of the recording, the first and a second once the first was read.
+        for seq in 0..2 {
+            s.submit(9, &[vec![7]], Some(3), &[], None);
+            assert_eq!(s.resets, pairs, "{} submit {seq}", level.name());
+            s.resets.clear();
+            let jobs = s.completed(Completed::Fences(&[3]));
+            assert_eq!(jobs.len(), 1, "{}", level.name());
+        }
+        // Without host resets nothing is listed: the resets are in the command buffers.
+        let mut s = state(level);
+        recorded(&mut s, 7, 40);
+        s.submit(9, &[vec![7]], Some(3), &[], None);
+        assert!(s.resets.is_empty());
+    }
+}
+
+#[test]
+fn with_host_resets_the_submit_level_times_a_lone_command_buffer_by_its_own_pair() {
+    let mut s = state(Level::Submit);
+    s.host_reset = true;
+    recorded(&mut s, 7, 3);
+    recorded(&mut s, 8, 2);
+    // One command buffer: timed by its pair, covering its dispatches; nothing untimed.
+    assert!(s.submit_timed_by_its_command_buffer(&[vec![7]]));
+    s.submit(9, &[vec![7]], Some(3), &[], None);
+    assert!(s.group.untimed.is_empty());
+    assert_eq!(s.resets.len(), 1);
+    s.resets.clear();
+    let jobs = s.completed(Completed::Fences(&[3]));
+    assert_eq!(jobs.len(), 1);
+    assert!(!jobs[0].own);
+    assert_eq!(jobs[0].stamps[0].covers, 3);
+    // Two command buffers: the layer's wrappers time the submit, and the command buffers'
+    // own pairs are left unread (but still reset before they are written again).
+    assert!(!s.submit_timed_by_its_command_buffer(&[vec![7], vec![8]]));
+    s.submit(9, &[vec![7], vec![8]], Some(4), &[], None);
+    assert_eq!(s.resets.len(), 2);
+    assert!(s.cmds[&7].unread.is_none() && s.cmds[&8].unread.is_none());
+    // Unwrapped (no pair to be had), its dispatches are untimed.
+    assert_eq!(s.group.untimed, vec![RawUntimed(0, 5)]);
+    // Without host resets the submit level never times a submit by a command buffer.
+    let mut s = state(Level::Submit);
+    recorded(&mut s, 7, 3);
+    assert!(!s.submit_timed_by_its_command_buffer(&[vec![7]]));
+}
+
+#[test]
+fn with_host_resets_a_command_buffer_that_may_be_pending_when_submitted_is_not_timed() {
+    let mut s = state(Level::CommandBuffer);
+    s.allocate_cmd(7, 1, false);
+    assert!(!s.begin_cmd(7, 0, false));
+    assert!(s.can_time(7));
+    s.host_reset = true;
+    // SIMULTANEOUS_USE: its queries could be in use at its next submit.
+    assert!(s.begin_cmd(7, 0, true));
+    assert!(!s.can_time(7));
+    assert!(!s.begin_cmd(7, 0, true));
+    assert!(s.begin_cmd(7, 0, false));
+    assert!(s.can_time(7));
 }
 
 #[test]
@@ -245,7 +349,7 @@ fn a_command_buffer_recorded_again_gives_up_its_unread_stamps_first() {
 fn timeline_semaphore_values_complete_their_submissions() {
     let mut s = state(Level::Dispatch);
     s.allocate_cmd(7, 1, false);
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     s.record(7, Cmd::Dispatch);
     let slot = s.dispatch_slot(7).expect("slot");
     s.dispatch_stamp(7, slot, 0);
@@ -262,11 +366,11 @@ fn untimed_dispatches_are_counted() {
     let mut s = state(Level::Dispatch);
     s.allocate_cmd(8, 1, true);
     s.allocate_cmd(7, 1, false);
-    s.begin_cmd(8, 0);
+    s.begin_cmd(8, 0, false);
     s.record(8, Cmd::Dispatch);
     s.record(8, Cmd::Dispatch);
     s.end_cmd(8, 0);
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     s.execute_secondaries(7, &[8]);
     s.end_cmd(7, 0);
     s.submit(9, &[vec![7]], None, &[], None);
@@ -274,7 +378,7 @@ fn untimed_dispatches_are_counted() {
     // A submit the submit level could not wrap.
     let mut s = state(Level::Submit);
     s.allocate_cmd(7, 1, false);
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     s.record(7, Cmd::Dispatch);
     s.end_cmd(7, 0);
     s.submit(9, &[vec![7]], None, &[], None);
@@ -309,7 +413,7 @@ fn dispatch(s: &mut DeviceState, cmd: u64) -> (u32, bool) {
 fn dispatches_are_timed_by_the_interval_between_barriers() {
     let mut s = state(Level::Dispatch);
     s.allocate_cmd(7, 1, false);
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     s.bind_pipeline(7, 100);
     // A alone; B and C concurrent (no barrier between them); a transfer; D alone.
     let (a, a_opens) = dispatch(&mut s, 7);
@@ -374,11 +478,11 @@ fn dispatches_are_timed_by_the_interval_between_barriers() {
 fn a_new_recording_starts_without_a_boundary() {
     let mut s = state(Level::Dispatch);
     s.allocate_cmd(7, 1, false);
-    s.begin_cmd(7, 0);
+    s.begin_cmd(7, 0, false);
     dispatch(&mut s, 7);
     s.close_interval(7);
     s.end_cmd(7, 1);
     s.reset_cmd(7);
-    s.begin_cmd(7, 2);
+    s.begin_cmd(7, 2, false);
     assert!(dispatch(&mut s, 7).1);
 }

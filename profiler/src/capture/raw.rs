@@ -74,6 +74,11 @@ pub struct RawDevice {
     /// program's barriers); empty at other levels.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dispatch_timing: String,
+    /// Where the layer reset its timestamp queries: `host` (`vkResetQueryPool`) or
+    /// `command-buffer` (`vkCmdResetQueryPool` in the command buffers it times); empty when
+    /// untimed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub query_reset: String,
 }
 
 /// A label that GPU spans of a device name by id.
