@@ -24,7 +24,10 @@
 #    $LAYER_NAME at that level (two builds of the layer in one sweep: LEVELS="dispatch
 #    dispatch@old" LAYER_OLD=path), and `dispatch-interval` the dispatch level timed by
 #    intervals between barriers instead of shader clocks (`--dispatch-timing interval`). $PIN
-#    pins every run to CPUs (below).
+#    pins every run to CPUs (below); $SERVER_ARGS adds llama-server options to every run alike
+#    (SERVER_ARGS="--poll 0": its CPU threadpool sleeps rather than busy-waits between graphs;
+#    by default it spins 16 threads on a machine of 16 CPUs, beside the host thread that bounds
+#    its decode and the layer's writer thread; docs/performance.md has what that changes).
 # 3. `decoder capture --mode both` at the same context and length.
 # 4. One more llama-server run at `dispatch` with GGML_VK_DEBUG_MARKERS=1 (llama.cpp's pipeline
 #    names on its dispatches) and the fused preset at `--timestamps dispatch`; `profiler diff`
@@ -90,7 +93,7 @@ serve() {
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   log=$work/llama-$tag.log
   local server=("$llama/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port"
-    -c $((context + n_predict + 64)) -np 1 -ngl 999 -fa on --no-webui)
+    -c $((context + n_predict + 64)) -np 1 -ngl 999 -fa on --no-webui ${SERVER_ARGS:-})
   if [[ $level == none ]]; then
     "${pin[@]}" "${server[@]}" >"$log" 2>&1 &
   elif [[ $level == perf-logger ]]; then
@@ -187,10 +190,14 @@ PY
 }
 
 # A first run that is not timed (the driver compiles llama.cpp's pipelines into its cache), then
-# $REPEATS rounds that run every configuration once each, interleaved, so drift hits them alike.
+# $REPEATS rounds that run every configuration once each, interleaved, so drift hits them alike;
+# each round starts one configuration later than the last, so that none always runs first or
+# after the same one.
 serve none warmup
+configs=(none $levels)
 for k in $(seq "$repeats"); do
-  for level in none $levels; do
+  for i in "${!configs[@]}"; do
+    level=${configs[$(((i + k - 1) % ${#configs[@]}))]}
     serve "$level" "$level-$k"
   done
 done
