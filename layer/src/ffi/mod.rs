@@ -128,6 +128,20 @@ struct Config {
     host_reset: bool,
 }
 
+/// Whether `$var` chooses `first` (the default, also when it is unset or empty) rather than
+/// `second`; any other value is reported and taken as `first`.
+fn either(var: &str, first: &str, second: &str) -> bool {
+    let value = std::env::var(var).unwrap_or_default();
+    if value.is_empty() || value == first {
+        return true;
+    }
+    if value == second {
+        return false;
+    }
+    eprintln!("decodescope layer: {var}={value:?} is not {first} or {second}; using {first}");
+    true
+}
+
 fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
@@ -142,18 +156,7 @@ fn config() -> &'static Config {
             );
             Level::Off
         });
-        let timing = std::env::var("DECODESCOPE_DISPATCH_TIMING").unwrap_or_default();
-        let shader_clock = match timing.as_str() {
-            "" | "clock" => true,
-            "interval" => false,
-            _ => {
-                eprintln!(
-                    "decodescope layer: DECODESCOPE_DISPATCH_TIMING={timing:?} is not clock or \
-                     interval; using clock"
-                );
-                true
-            }
-        };
+        let shader_clock = either("DECODESCOPE_DISPATCH_TIMING", "clock", "interval");
         let clock_exclude = std::env::var("DECODESCOPE_CLOCK_EXCLUDE")
             .unwrap_or_default()
             .split(',')
@@ -161,18 +164,7 @@ fn config() -> &'static Config {
             .filter(|p| !p.is_empty())
             .map(String::from)
             .collect();
-        let reset = std::env::var("DECODESCOPE_QUERY_RESET").unwrap_or_default();
-        let host_reset = match reset.as_str() {
-            "" | "host" => true,
-            "command-buffer" => false,
-            _ => {
-                eprintln!(
-                    "decodescope layer: DECODESCOPE_QUERY_RESET={reset:?} is not host or \
-                     command-buffer; using host"
-                );
-                true
-            }
-        };
+        let host_reset = either("DECODESCOPE_QUERY_RESET", "host", "command-buffer");
         Config {
             dir,
             level,
