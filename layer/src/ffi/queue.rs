@@ -64,7 +64,9 @@ impl DeviceData {
         let slot = self.take_slot(g)?;
         match self.wrappers(g, family, slot) {
             Some((start, end)) => {
-                g.state.resets.push((slot, 1));
+                if g.state.host_reset {
+                    g.state.resets.push((slot, 1));
+                }
                 let op = g.state.region_op("submit");
                 Some((Stamp::pair(slot, op, 0), start, end))
             }

@@ -85,7 +85,6 @@ impl DeviceData {
     /// per run of consecutive pairs in one pool.
     pub(super) unsafe fn reset_on_host(&self, g: &mut Inner) {
         let Some(reset) = self.host_reset else {
-            g.state.resets.clear();
             return;
         };
         if g.state.resets.is_empty() {
