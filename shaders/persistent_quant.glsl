@@ -144,6 +144,78 @@ void rows_dot(uvec2 p, uvec2 tr[QR], uint n, uint cols, uint ks, out float s[QR]
     [[unroll]] for (uint k = 0; k < QR; k++) s[k] = k < n ? subgroupAdd(acc[k]) : 0.0;
 }
 
+// ---- Q8_0 rows by chunks ----
+//
+// A Q8_0 row of HIDDEN columns, HIDDEN a multiple of 256, is 17 HIDDEN / 256 chunks of 16 bytes (8
+// blocks of 34 bytes are 17 chunks), so each of a matrix's rows starts on 16 bytes where the matrix
+// does. A lane a block, reading its 34 bytes a word at a time, made every load of a subgroup touch
+// 9 lines for 128 bytes. Here the subgroup loads its row by chunks (chunk lane + m SG: 512
+// consecutive bytes a load, 4 lines), Q8R rows' chunks in flight before any is decoded, and
+// passes each row through its own stretch of shared memory (q8s), from which each lane reads its
+// blocks' words and decodes them as part_dot_q does (wload_run's products). KS = 1 only.
+
+// Chunks of a row, and their words in shared memory for each subgroup (where rows go by chunks).
+const uint Q8U = 17u * HIDDEN / 256u;
+const uint Q8C_MAX = 4;
+const uint Q8R_MAX = 4;
+const uint Q8C = (Q8U + SG - 1u) / SG;
+// 1 where rows go by chunks (Q8R set, Q8_0 matrices, HIDDEN a multiple of 256, at most Q8C_MAX
+// chunks a lane), else 0: in arithmetic, since it sizes q8s.
+const uint Q8_ON = ((Q8R + 3u) / 4u) * WQ * ((WT_MASK >> WT_Q8_0) & 1u) * (1u - (HIDDEN % 256u + 255u) / 256u)
+    * ((Q8C_MAX / Q8C + Q8C_MAX - 1u) / Q8C_MAX);
+shared uvec4 q8s[NSG * Q8U * Q8_ON + 1u];
+
+// Whether rows of type t of the matrix at p are read by chunks in a phase with KS = ks.
+bool q8_chunked(uint t, uvec2 p, uint ks) {
+    return Q8_ON == 1u && t == WT_Q8_0 && ks == 1u && (p.x & 15u) == 0u;
+}
+
+// Word w of this subgroup's staged row.
+uint q8_word(uint w) {
+    return q8s[gl_SubgroupID * Q8U + w / 4u][w % 4u];
+}
+
+// This subgroup's dots of up to Q8R Q8_0 rows of the matrix at p (q8_chunked) with the staged
+// row: row k (k < n, n uniform in the subgroup) at byte rb[k]; every lane gets each (0 for k >= n).
+void q8_rows_dot(uvec2 p, uint rb[Q8R_MAX], uint n, out float s[Q8R_MAX]) {
+    Q16Ref q16 = Q16Ref(p);
+    uint lane = gl_SubgroupInvocationID, base = gl_SubgroupID * Q8U;
+    uvec4 c[Q8R_MAX][Q8C_MAX];
+    [[unroll]] for (uint k = 0; k < Q8R_MAX; k++) {
+        [[unroll]] for (uint m = 0; m < Q8C_MAX; m++) {
+            uint j = lane + m * SG;
+            c[k][m] = (k < Q8R && k < n && m < Q8C && j < Q8U) ? q16.c[rb[k] / 16u + j] : uvec4(0u);
+        }
+    }
+    [[unroll]] for (uint k = 0; k < Q8R_MAX; k++) {
+        s[k] = 0.0;
+        if (k < Q8R && k < n) {
+            [[unroll]] for (uint m = 0; m < Q8C_MAX; m++) {
+                uint j = lane + m * SG;
+                if (m < Q8C && j < Q8U) q8s[base + j] = c[k][m];
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            float acc = 0.0;
+            for (uint i = lane; i < HIDDEN / 32u; i += SG) {
+                uint b = 34u * i;
+                float d = unpackHalf2x16(q8_word(b / 4u) >> ((b & 2u) * 8u)).x;
+                uint o = b + 2u, o4 = o / 4u, sh = (o & 3u) * 8u;
+                uint words[9];
+                [[unroll]] for (uint q = 0; q < 9u; q++) words[q] = (q < 8u || sh != 0u) ? q8_word(o4 + q) : 0u;
+                [[unroll]] for (uint q = 0; q < 8u; q++) {
+                    uint v = sh == 0u ? words[q] : (words[q] >> sh) | (words[q + 1u] << (32u - sh));
+                    vec4 w = vec4(d * q_i8(v, 0u), d * q_i8(v, 1u), d * q_i8(v, 2u), d * q_i8(v, 3u));
+                    acc += dot(w, xs[xsw(8u * i + q)]);
+                }
+            }
+            s[k] = subgroupAdd(acc);
+            // Every lane has read the row before the next one is stored.
+            subgroupBarrier();
+        }
+    }
+}
+
 // ---- the down-projection: a cluster of lanes a row ----
 //
 // A workgroup's e_n channels are consecutive (phase_mlp's mlp_row for WQ = 1), so each output row
