@@ -1104,6 +1104,7 @@ void phase_qkv(uint l) {
         // Q8_0 rows by chunks: Q8R passes' rows at once.
         bool q8_qkv = q8_chunked(layer_wt(l, MQ), layer_ptr(l, 1u), ks) && q8_chunked(layer_wt(l, MK), layer_ptr(l, 1u), ks)
             && q8_chunked(layer_wt(l, MV), layer_ptr(l, 1u), ks);
+        if (q8_qkv) q8_lane_x();
         for (uint j = 0; q8_qkv && j < passes; j += Q8R) {
             uint rb[Q8R_MAX];
             uint nr = 0u;
@@ -1647,6 +1648,7 @@ void phase_mlp(uint l) {
         }
         // Q8_0 rows by chunks: gate's and up's rows of Q8R / 2 passes at once.
         bool q8_gu = q8_chunked(tg, layer_ptr(l, 6u), ks) && q8_chunked(tu, layer_ptr(l, 6u), ks);
+        if (q8_gu) q8_lane_x();
         for (uint j = 0; q8_gu && j < passes; j += Q8R / 2u) {
             uint rb[Q8R_MAX];
             uint nr = 0u;
@@ -1819,6 +1821,7 @@ void phase_head() {
         }
         // An lm_head in Q8_0 by chunks: Q8R rows per subgroup at a time.
         bool q8_head = q8_chunked(WT_HEAD, head_ptr(), 1u);
+        if (q8_head) q8_lane_x();
         for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; q8_head && r0 < VOCAB; r0 += Q8R * nsub()) {
             uint rb[Q8R_MAX];
             uint nr = 0u;

@@ -146,73 +146,74 @@ void rows_dot(uvec2 p, uvec2 tr[QR], uint n, uint cols, uint ks, out float s[QR]
 
 // ---- Q8_0 rows by chunks ----
 //
-// A Q8_0 row of HIDDEN columns, HIDDEN a multiple of 256, is 17 HIDDEN / 256 chunks of 16 bytes (8
-// blocks of 34 bytes are 17 chunks), so each of a matrix's rows starts on 16 bytes where the matrix
-// does. A lane a block, reading its 34 bytes a word at a time, made every load of a subgroup touch
-// 9 lines for 128 bytes. Here the subgroup loads its row by chunks (chunk lane + m SG: 512
-// consecutive bytes a load, 4 lines), Q8R rows' chunks in flight before any is decoded, and
-// passes each row through its own stretch of shared memory (q8s), from which each lane reads its
-// blocks' words and decodes them as part_dot_q does (wload_run's products). KS = 1 only.
+// A Q8_0 row of HIDDEN columns, HIDDEN a multiple of 256, is 17 HIDDEN / 256 chunks of 16 bytes,
+// so each row starts on 16 bytes where its matrix does. The lanes take a row's chunks (chunk lane +
+// m SG): a subgroup's load is 512 consecutive bytes. A chunk holds bytes of at most two blocks
+// (the end or start of block b0, and the start of b0 + 1 with its scale), and which are which
+// depends only on the chunk's place in the row: each lane loads the staged row's values its
+// chunks' bytes multiply (0 for a scale's) into registers once a phase (q8_lane_x), for every row
+// of the phase. b0's scale is one more word load a chunk, b0 + 1's is in the chunk. Q8R rows'
+// loads go out before any is decoded. KS = 1 only.
 
-// Chunks of a row, and their words in shared memory for each subgroup (where rows go by chunks).
 const uint Q8U = 17u * HIDDEN / 256u;
 const uint Q8C_MAX = 4;
 const uint Q8R_MAX = 4;
 const uint Q8C = (Q8U + SG - 1u) / SG;
-// 1 where rows go by chunks (Q8R set, Q8_0 matrices, HIDDEN a multiple of 256, at most Q8C_MAX
-// chunks a lane), else 0: in arithmetic, since it sizes q8s.
-const uint Q8_ON = ((Q8R + 3u) / 4u) * WQ * ((WT_MASK >> WT_Q8_0) & 1u) * (1u - (HIDDEN % 256u + 255u) / 256u)
-    * ((Q8C_MAX / Q8C + Q8C_MAX - 1u) / Q8C_MAX);
-shared uvec4 q8s[NSG * Q8U * Q8_ON + 1u];
 
-// Whether rows of type t of the matrix at p are read by chunks in a phase with KS = ks.
 bool q8_chunked(uint t, uvec2 p, uint ks) {
-    return Q8_ON == 1u && t == WT_Q8_0 && ks == 1u && (p.x & 15u) == 0u;
+    return Q8R > 0u && WQ == 1u && t == WT_Q8_0 && WT_HAS(WT_Q8_0) && HIDDEN % 256u == 0u && Q8C <= Q8C_MAX && ks == 1u
+        && (p.x & 15u) == 0u;
 }
 
-// Word w of this subgroup's staged row.
-uint q8_word(uint w) {
-    return q8s[gl_SubgroupID * Q8U + w / 4u][w % 4u];
+// The staged row's values that the 2-byte halves h of this lane's chunks multiply (q8x[8 m + h]).
+vec2 q8x[8u * Q8C_MAX];
+
+void q8_lane_x() {
+    [[unroll]] for (uint m = 0; m < Q8C_MAX; m++) {
+        uint j = gl_SubgroupInvocationID + m * SG;
+        [[unroll]] for (uint h = 0; h < 8u; h++) {
+            uint p = 16u * j + 2u * h, b = p / 34u, o = p - 34u * b;
+            bool live = m < Q8C && j < Q8U && o != 0u;
+            uint e = live ? 32u * b + o - 2u : 0u;
+            vec4 v = xs[xsw(e / 4u)];
+            q8x[8u * m + h] = live ? ((e & 2u) != 0u ? v.zw : v.xy) : vec2(0.0);
+        }
+    }
 }
 
-// This subgroup's dots of up to Q8R Q8_0 rows of the matrix at p (q8_chunked) with the staged
-// row: row k (k < n, n uniform in the subgroup) at byte rb[k]; every lane gets each (0 for k >= n).
 void q8_rows_dot(uvec2 p, uint rb[Q8R_MAX], uint n, out float s[Q8R_MAX]) {
+    qsrc = QRef(p);
     Q16Ref q16 = Q16Ref(p);
-    uint lane = gl_SubgroupInvocationID, base = gl_SubgroupID * Q8U;
     uvec4 c[Q8R_MAX][Q8C_MAX];
+    uint dw[Q8R_MAX][Q8C_MAX];
     [[unroll]] for (uint k = 0; k < Q8R_MAX; k++) {
         [[unroll]] for (uint m = 0; m < Q8C_MAX; m++) {
-            uint j = lane + m * SG;
-            c[k][m] = (k < Q8R && k < n && m < Q8C && j < Q8U) ? q16.c[rb[k] / 16u + j] : uvec4(0u);
+            uint j = gl_SubgroupInvocationID + m * SG;
+            bool ok = k < Q8R && k < n && m < Q8C && j < Q8U;
+            c[k][m] = ok ? q16.c[rb[k] / 16u + j] : uvec4(0u);
+            dw[k][m] = ok ? QW((rb[k] + 34u * (16u * j / 34u)) / 4u) : 0u;
         }
     }
     [[unroll]] for (uint k = 0; k < Q8R_MAX; k++) {
-        s[k] = 0.0;
-        if (k < Q8R && k < n) {
-            [[unroll]] for (uint m = 0; m < Q8C_MAX; m++) {
-                uint j = lane + m * SG;
-                if (m < Q8C && j < Q8U) q8s[base + j] = c[k][m];
+        float acc = 0.0;
+        [[unroll]] for (uint m = 0; m < Q8C_MAX; m++) {
+            if (m >= Q8C) continue;
+            uint j = gl_SubgroupInvocationID + m * SG;
+            uint b0 = 16u * j / 34u, off0 = 16u * j - 34u * b0;
+            uint hb = (34u - off0) / 2u;
+            float d0 = unpackHalf2x16(dw[k][m] >> (((34u * b0) & 2u) * 8u)).x;
+            float d1 = hb < 8u ? unpackHalf2x16(c[k][m][hb / 2u] >> ((hb & 1u) * 16u)).x : 0.0;
+            float a0 = 0.0, a1 = 0.0;
+            [[unroll]] for (uint h = 0; h < 8u; h++) {
+                uint w = c[k][m][h / 2u], q = 2u * (h & 1u);
+                vec2 xv = q8x[8u * m + h];
+                float v = q_i8(w, q) * xv.x + q_i8(w, q + 1u) * xv.y;
+                if (h < hb) a0 += v;
+                else a1 += v;
             }
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
-            float acc = 0.0;
-            for (uint i = lane; i < HIDDEN / 32u; i += SG) {
-                uint b = 34u * i;
-                float d = unpackHalf2x16(q8_word(b / 4u) >> ((b & 2u) * 8u)).x;
-                uint o = b + 2u, o4 = o / 4u, sh = (o & 3u) * 8u;
-                uint words[9];
-                [[unroll]] for (uint q = 0; q < 9u; q++) words[q] = (q < 8u || sh != 0u) ? q8_word(o4 + q) : 0u;
-                [[unroll]] for (uint q = 0; q < 8u; q++) {
-                    uint v = sh == 0u ? words[q] : (words[q] >> sh) | (words[q + 1u] << (32u - sh));
-                    vec4 w = vec4(d * q_i8(v, 0u), d * q_i8(v, 1u), d * q_i8(v, 2u), d * q_i8(v, 3u));
-                    acc += dot(w, xs[xsw(8u * i + q)]);
-                }
-            }
-            s[k] = subgroupAdd(acc);
-            // Every lane has read the row before the next one is stored.
-            subgroupBarrier();
+            acc += d0 * a0 + d1 * a1;
         }
+        s[k] = (k < Q8R && k < n) ? subgroupAdd(acc) : 0.0;
     }
 }
 
