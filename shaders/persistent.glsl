@@ -196,9 +196,6 @@ layout(constant_id = 31) const uint WT_HEAD = 1;
 // (see "Code size" above).
 layout(constant_id = 32) const uint WT_MASK = 0xffffffffu;
 #define WT_HAS(t) (((WT_MASK >> (t)) & 1u) != 0u)
-// Q8_0 rows of the row matvecs by 16-byte chunks, this many rows' loads in flight (2 or 4; 0: a
-// block a lane, a row at a time): persistent_quant.glsl, "Q8_0 rows by chunks".
-layout(constant_id = 33) const uint Q8R = 2;
 
 const uint NSG = WG / SG;
 // Query heads per subgroup of an attention unit.
@@ -235,8 +232,6 @@ layout(buffer_reference, std430, buffer_reference_align = 16) writeonly buffer K
 // Words of a weight matrix in GGUF blocks, for quant.glsl: `qsrc` is set to the matrix before
 // each wload4.
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer QRef { uint w[]; };
-// The same matrix by 16-byte chunks, where its rows start on 16 bytes (Q8_0 rows by chunks).
-layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Q16Ref { uvec4 c[]; };
 QRef qsrc;
 #define QW(i) qsrc.w[i]
 #include "quant.glsl"
@@ -1101,32 +1096,7 @@ void phase_qkv(uint l) {
                 }
             }
         }
-        // Q8_0 rows by chunks: Q8R passes' rows at once.
-        bool q8_qkv = q8_chunked(layer_wt(l, MQ), layer_ptr(l, 1u), ks) && q8_chunked(layer_wt(l, MK), layer_ptr(l, 1u), ks)
-            && q8_chunked(layer_wt(l, MV), layer_ptr(l, 1u), ks);
-        if (q8_qkv) q8_lane_x();
-        for (uint j = 0; q8_qkv && j < passes; j += Q8R) {
-            uint rb[Q8R_MAX];
-            uint nr = 0u;
-            [[unroll]] for (uint k = 0; k < Q8R_MAX; k++) {
-                uint r = mv_row(ks, j + k);
-                rb[k] = 0u;
-                if (k < Q8R && j + k < passes && r < rows) {
-                    rb[k] = qkv_row(l, r).y;
-                    nr = k + 1u;
-                }
-            }
-            float s[Q8R_MAX];
-            q8_rows_dot(layer_ptr(l, 1u), rb, nr, s);
-            [[unroll]] for (uint k = 0; k < Q8R_MAX; k++) {
-                if (k < Q8R && j + k < passes) {
-                    uint r = mv_row(ks, j + k);
-                    float v = row_total(s[k], ks) * scale;
-                    if (r < rows && writes_row(ks)) qkv_put(t * rows + r, v, tag);
-                }
-            }
-        }
-        for (uint j = 0; !units_qkv && !q8_qkv && j < passes; j++) {
+        for (uint j = 0; !units_qkv && j < passes; j++) {
             uint r = mv_row(ks, j);
             float s = 0.0;
             if (r < rows) {
@@ -1646,35 +1616,7 @@ void phase_mlp(uint l) {
                 }
             }
         }
-        // Q8_0 rows by chunks: gate's and up's rows of Q8R / 2 passes at once.
-        bool q8_gu = q8_chunked(tg, layer_ptr(l, 6u), ks) && q8_chunked(tu, layer_ptr(l, 6u), ks);
-        if (q8_gu) q8_lane_x();
-        for (uint j = 0; q8_gu && j < passes; j += Q8R / 2u) {
-            uint rb[Q8R_MAX];
-            uint nr = 0u;
-            [[unroll]] for (uint k = 0; k < Q8R_MAX / 2u; k++) {
-                uint r = mlp_row(ks, j + k, e_n);
-                rb[2u * k] = 0u;
-                rb[2u * k + 1u] = 0u;
-                if (2u * k < Q8R && j + k < passes && r < rows) {
-                    rb[2u * k] = r * bg;
-                    rb[2u * k + 1u] = INTER * bg + r * bu;
-                    nr = 2u * k + 2u;
-                }
-            }
-            float s[Q8R_MAX];
-            q8_rows_dot(layer_ptr(l, 6u), rb, nr, s);
-            [[unroll]] for (uint k = 0; k < Q8R_MAX / 2u; k++) {
-                if (2u * k < Q8R && j + k < passes) {
-                    uint r = mlp_row(ks, j + k, e_n);
-                    float g = row_total(s[2u * k], ks) * scale;
-                    float u = row_total(s[2u * k + 1u], ks) * scale;
-                    uint a = HIDDEN + (j + k) * per_wg + (gl_SubgroupID >> findLSB(ks));
-                    if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
-                }
-            }
-        }
-        for (uint j = 0; !units_gu && !q8_gu && j < passes; j++) {
+        for (uint j = 0; !units_gu && j < passes; j++) {
             uint r = mlp_row(ks, j, e_n);
             vec2 gu = vec2(0.0);
             if (r < rows) {
@@ -1819,32 +1761,7 @@ void phase_head() {
                 }
             }
         }
-        // An lm_head in Q8_0 by chunks: Q8R rows per subgroup at a time.
-        bool q8_head = q8_chunked(WT_HEAD, head_ptr(), 1u);
-        if (q8_head) q8_lane_x();
-        for (uint r0 = gl_WorkGroupID.x * NSG + gl_SubgroupID; q8_head && r0 < VOCAB; r0 += Q8R * nsub()) {
-            uint rb[Q8R_MAX];
-            uint nr = 0u;
-            [[unroll]] for (uint k = 0; k < Q8R_MAX; k++) {
-                uint r = r0 + k * nsub();
-                rb[k] = k < Q8R && r < VOCAB ? r * wt_row_bytes(WT_HEAD, HIDDEN) : 0u;
-                if (k < Q8R && r < VOCAB) nr = k + 1u;
-            }
-            float s[Q8R_MAX];
-            q8_rows_dot(head_ptr(), rb, nr, s);
-            [[unroll]] for (uint k = 0; k < Q8R_MAX; k++) {
-                uint r = r0 + k * nsub();
-                float v = s[k] * scale;
-                if (k < Q8R && r < VOCAB) {
-                    if (subgroupElect()) logits[t * VOCAB + r] = v;
-                    if (better(v, r, bv, bi)) {
-                        bv = v;
-                        bi = r;
-                    }
-                }
-            }
-        }
-        for (uint r = gl_WorkGroupID.x * NSG + gl_SubgroupID; !WT_IS_F16(WT_HEAD) && !rows_in_units(WT_HEAD) && !q8_head && r < VOCAB; r += nsub()) {
+        for (uint r = gl_WorkGroupID.x * NSG + gl_SubgroupID; !WT_IS_F16(WT_HEAD) && !rows_in_units(WT_HEAD) && r < VOCAB; r += nsub()) {
             float s = part_dot_q(head_ptr(), WT_HEAD, r * wt_row_bytes(WT_HEAD, HIDDEN), HIDDEN, 1u) * scale;
             if (subgroupElect()) logits[t * VOCAB + r] = s;
             if (better(s, r, bv, bi)) {

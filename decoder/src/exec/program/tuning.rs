@@ -25,7 +25,7 @@ fn pow2_32_to_1024(v: u32) -> bool {
 
 /// Every tuning key, in the order of docs/persistent-kernel.md's table: the persistent kernel's
 /// first, then the fused preset's kernels'.
-pub const TUNING_KEYS: [TuningKey; 15] = [
+pub const TUNING_KEYS: [TuningKey; 14] = [
     TuningKey {
         name: "persistent_wg",
         default: "256 / 64",
@@ -73,14 +73,6 @@ pub const TUNING_KEYS: [TuningKey; 15] = [
         meaning: "copies of each residual row the float atomics spread over",
         accepts: |v| (1..=8).contains(&v),
         field: |t| &mut t.persistent_res_copies,
-    },
-    TuningKey {
-        name: "persistent_q8_rows",
-        default: "2 / 2",
-        range: "0 (off), 2 or 4",
-        meaning: "Q8_0 rows of the persistent kernel's row matvecs read by 16-byte chunks, this many rows' loads in flight (0: a block a lane, a row at a time)",
-        accepts: |v| v == 0 || v == 2 || v == 4,
-        field: |t| &mut t.persistent_q8_rows,
     },
     TuningKey {
         name: "attn_wg",
@@ -321,9 +313,6 @@ pub struct Tuning {
     /// Copies of each residual row the persistent kernel's float atomics spread over (`RC`, at
     /// most `persistent::MAX_RESIDUAL_COPIES`), so each word takes 1 / RC of the grid's atomics.
     pub persistent_res_copies: u32,
-    /// Rows in flight of the persistent kernel's Q8_0 row matvecs read by 16-byte chunks
-    /// (`Q8R`; 0: a block a lane, a row at a time).
-    pub persistent_q8_rows: u32,
     /// The persistent kernel writes a device clock per phase (`--timestamps dispatch` on a
     /// device with shaderDeviceClock): set by the engine, not a tuning key.
     pub phase_clocks: bool,
@@ -412,7 +401,6 @@ impl Tuning {
                 // Each residual word takes an atomic from every workgroup twice a layer; 4 copies
                 // measured best of 1, 2, 4 and 8 (docs/persistent-kernel.md).
                 persistent_res_copies: 4,
-                persistent_q8_rows: 2,
                 phase_clocks: false,
             }
         } else {
@@ -444,7 +432,6 @@ impl Tuning {
                 // The GPU's value, so CI runs the copies' code (on one workgroup every atomic
                 // goes to the first copy; the others are cleared and summed).
                 persistent_res_copies: 4,
-                persistent_q8_rows: 2,
                 phase_clocks: false,
             }
         }
