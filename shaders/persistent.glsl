@@ -735,10 +735,26 @@ void wload_run(uint t, uint rb, uint c, uint n, out vec4 w[8]) {
     }
 }
 
-// qdot_lane for Q8_0 and Q4_K: 32 columns a lane from chunk i on, every `stride` chunks.
+// qdot_lane for Q8_0 and Q4_K: 32 columns a lane from chunk i on, every `stride` chunks. A Q8_0
+// block's products q x go into four independent sums (a vec4), scaled by d once: 8 dependent adds
+// a block where the dot products of d q made 32 (rows go one at a time, and the chain of a lane's
+// adds is part of what each waits for). The reference sums (d q) x: the last bits differ.
 float qdot32_lane(uint t, uint rb, uint n32, uint i, uint stride) {
     float acc = 0.0;
-    for (; i < n32; i += stride) {
+    for (; t == WT_Q8_0 && i < n32; i += stride) {
+        uint b = rb + i * 34u;
+        float d = q_half(b);
+        uint o4 = (b + 2u) >> 2, sh = ((b + 2u) & 3u) * 8u;
+        uint words[9];
+        [[unroll]] for (uint k = 0; k < 9u; k++) words[k] = (k < 8u || sh != 0u) ? QW(o4 + k) : 0u;
+        vec4 a = vec4(0.0);
+        [[unroll]] for (uint k = 0; k < 8u; k++) {
+            uint v = sh == 0u ? words[k] : (words[k] >> sh) | (words[k + 1u] << (32u - sh));
+            a += vec4(q_i8(v, 0u), q_i8(v, 1u), q_i8(v, 2u), q_i8(v, 3u)) * xs[xsw(8u * i + k)];
+        }
+        acc += d * ((a.x + a.y) + (a.z + a.w));
+    }
+    for (; t != WT_Q8_0 && i < n32; i += stride) {
         vec4 w[8];
         wload_run(t, rb, 32u * i, 32u, w);
         [[unroll]] for (uint k = 0; k < 8u; k++) acc += dot(w[k], xs[xsw(8u * i + k)]);
