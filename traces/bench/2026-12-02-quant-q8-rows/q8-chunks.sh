@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Q8_0 chunked rows A/B (rows 102 and 103 of docs/persistent-kernel.md): --tuning persistent_q8_rows
-# 0 / 2 / 4 at contexts 512 and 16384, on the device with the decoder of the commit under test in
-# .device-bin/decoder.xz; OUT is the device tool's output folder. Run as: OUT=$OUT bash q8-chunks.sh
+# The Q8_0 row reads of rows 102 and 103 (docs/persistent-kernel.md) against a block a lane: one
+# decoder run with --tuning persistent_q8_rows 0, 2 and 4 in turns, at contexts 512 and 16384
+# (tokens/s at --timestamps token), then at 512 with phase clocks (--timestamps dispatch, summed by
+# phases.py). Reads the decoder from .device-bin/decoder.xz and writes traces into $OUT:
+#   OUT=DIR bash q8-chunks.sh
 set -uo pipefail
 xz -dc .device-bin/decoder.xz > /tmp/decoder && chmod +x /tmp/decoder
 D=/tmp/decoder
@@ -20,18 +22,6 @@ for ctx in 512 16384; do
 done
 for r in 0 2 4; do run 512 $r dispatch; done
 for f in $OUT/c512-r*-dispatch.json; do
-  python3 - "$f" <<'PY'
-import json,sys,collections
-t=json.load(open(sys.argv[1]))
-d=[r for r in t["tokens"] if r["phase"]=="decode"][2:]
-acc=collections.Counter()
-for r in d:
-    for s in r.get("gpu_spans",[]):
-        name=t["ops"][s[0]]["label"]
-        dur=s[2]
-        n=name.split(".")[-1] if "." in name else name
-        acc[n]+=dur
-print(sys.argv[1].split("/")[-1], {k: round(v/len(d)/1e3,1) for k,v in acc.most_common(8)})
-PY
+  python3 "$(dirname "$0")/phases.py" "$f"
 done
 ls -la $OUT
