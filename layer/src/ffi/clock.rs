@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use ash::vk::{self, Handle};
 
-use super::features::{Patch, named, writable};
+use super::features::{Patch, named, offered, writable};
 use super::{InstanceData, Next, dev, slice};
 use crate::spirv::{self, RECORD_BYTES};
 use crate::state::{FastMap, MAX_POOLS, POOL_PAIRS, RECHECK};
@@ -72,11 +72,7 @@ pub(super) unsafe fn plan(
     requested: &[*const c_char],
     available: &[vk::ExtensionProperties],
 ) -> Result<ClockPlan, String> {
-    let supports = |name: &CStr| {
-        available
-            .iter()
-            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
-    };
+    let supports = |name: &CStr| offered(available, name);
     let props = inst.fns.get_physical_device_properties(pd);
     if props.api_version < vk::API_VERSION_1_1 {
         return Err("the device is Vulkan 1.0".into());

@@ -139,20 +139,12 @@ pub(super) unsafe extern "system" fn create_device(
         (*info).enabled_extension_count,
     )
     .to_vec();
-    let has = |name: &CStr| {
-        requested
-            .iter()
-            .any(|&p| !p.is_null() && CStr::from_ptr(p) == name)
-    };
+    let has = |name: &CStr| super::features::named(&requested, name);
     let available = inst
         .fns
         .enumerate_device_extension_properties(pd)
         .unwrap_or_default();
-    let supports = |name: &CStr| {
-        available
-            .iter()
-            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
-    };
+    let supports = |name: &CStr| super::features::offered(&available, name);
     let calib: Option<&CStr> = [
         ash::khr::calibrated_timestamps::NAME,
         ash::ext::calibrated_timestamps::NAME,

@@ -46,6 +46,13 @@ pub(super) unsafe fn named(requested: &[*const c_char], name: &CStr) -> bool {
         .any(|&p| !p.is_null() && CStr::from_ptr(p) == name)
 }
 
+/// Whether the device offers the extension `name` (among its `available` ones).
+pub(super) fn offered(available: &[vk::ExtensionProperties], name: &CStr) -> bool {
+    available
+        .iter()
+        .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+}
+
 /// What `vkCreateDevice` adds for `hostQueryReset`: the program's own feature field turned on,
 /// or the layer's `VkPhysicalDeviceHostQueryResetFeatures` chained in front, and
 /// `VK_EXT_host_query_reset` where the device has it (the program's instance may ask for less
@@ -69,9 +76,7 @@ impl HostReset {
         available: &[vk::ExtensionProperties],
     ) -> Result<HostReset, String> {
         let name = ash::ext::host_query_reset::NAME;
-        let has_ext = available
-            .iter()
-            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name));
+        let has_ext = offered(available, name);
         let props = inst.fns.get_physical_device_properties(pd);
         if props.api_version < vk::API_VERSION_1_1 {
             return Err("the device is Vulkan 1.0".into());
