@@ -196,16 +196,6 @@ layout(constant_id = 31) const uint WT_HEAD = 1;
 // (see "Code size" above).
 layout(constant_id = 32) const uint WT_MASK = 0xffffffffu;
 #define WT_HAS(t) (((WT_MASK >> (t)) & 1u) != 0u)
-// 1: the Q8_0 rows of the row matvecs (QKV, gate/up, the lm_head) take their input quantized to
-// 8 bits a block of 32 (xq, xqd) and sum each block's products as integers (sdot4x8).
-layout(constant_id = 33) const uint XQ = 0;
-
-// (The extension is enabled here: enabled before the includes above, glslang's preprocessor
-// drops the extension's string below.)
-#extension GL_EXT_spirv_intrinsics : require
-// OpSDotKHR on two words of 4 signed bytes (fmt 0: PackedVectorFormat4x8Bit).
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int sdot4x8(uint a, uint b, spirv_literal int fmt);
 
 const uint NSG = WG / SG;
 // Query heads per subgroup of an attention unit.
@@ -283,31 +273,6 @@ shared vec4 xs[XS];
 // different banks instead of one (and lanes taking 8 columns each no longer share banks two by
 // two). The f16 kernel keeps the plain layout. Only the staged row's readers and writers use it.
 uint xsw(uint v) { return (WQ == 1u && HIDDEN % 32u == 0u) ? v ^ ((v >> 3) & 7u) : v; }
-// The staged row quantized (XQ = 1): block b's 8 words of 4 signed bytes in uvec4s 2 b and 2 b + 1
-// (swapped in every other group of 4 blocks, so that lanes taking a block each read 8 different
-// bank groups), its scale in xqd[b].
-shared uvec4 xq[(HIDDEN / 16u - 1u) * XQ + 1u];
-shared float xqd[(HIDDEN / 32u - 1u) * XQ + 1u];
-uint xqw(uint b, uint h) { return 2u * b + (h ^ ((b >> 2) & 1u)); }
-// (Arithmetic, not &&: spirv-opt failed on this conjunction of constants. The host sets XQ only
-// where HIDDEN % 32 = 0 and SG >= 8.)
-bool xq_on() { return XQ * WQ * ((WT_MASK >> WT_Q8_0) & 1u) != 0u; }
-
-// Vec4 i of the staged row (xv) into xq, each invocation of a staged row's loop holding one:
-// the 8 of a block are 8 consecutive lanes, which meet at their largest magnitude.
-void xq_put(uint i, vec4 xv) {
-    if (!xq_on()) return;
-    vec4 av = abs(xv);
-    float am = max(max(av.x, av.y), max(av.z, av.w));
-    am = max(am, subgroupShuffleXor(am, 1u));
-    am = max(am, subgroupShuffleXor(am, 2u));
-    am = max(am, subgroupShuffleXor(am, 4u));
-    float id = am > 0.0 ? 127.0 / am : 0.0;
-    ivec4 q = ivec4(round(xv * id)) & 0xff;
-    uint b = i / 8u, k = i % 8u;
-    xq[xqw(b, k / 4u)][k % 4u] = uint(q.x | (q.y << 8) | (q.z << 16) | (q.w << 24));
-    if (k == 0u) xqd[b] = am / 127.0;
-}
 shared float red_f[WG];
 shared uint red_u[WG];
 shared bool flag_sh;
@@ -608,7 +573,6 @@ float stage(uint src, uint t, uvec2 norm, uint l) {
         }
         ss += dot(v, v);
         xs[xsw(i)] = v * (i == tid ? norm_pf : F32Ref(norm).v4[i]);
-        xq_put(i, xs[xsw(i)]);
     }
     float scale = inversesqrt(wg_sum(ss) / float(cols) + EPS);
     barrier();
@@ -777,22 +741,7 @@ void wload_run(uint t, uint rb, uint c, uint n, out vec4 w[8]) {
 // adds is part of what each waits for). The reference sums (d q) x: the last bits differ.
 float qdot32_lane(uint t, uint rb, uint n32, uint i, uint stride) {
     float acc = 0.0;
-    for (; t == WT_Q8_0 && xq_on() && i < n32; i += stride) {
-        uint b = rb + i * 34u;
-        float d = q_half(b);
-        uint o4 = (b + 2u) >> 2, sh = ((b + 2u) & 3u) * 8u;
-        uint words[9];
-        [[unroll]] for (uint k = 0; k < 9u; k++) words[k] = (k < 8u || sh != 0u) ? QW(o4 + k) : 0u;
-        uvec4 x0 = xq[xqw(i, 0u)], x1 = xq[xqw(i, 1u)];
-        uint xw[8] = uint[8](x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w);
-        ivec4 a = ivec4(0);
-        [[unroll]] for (uint k = 0; k < 8u; k++) {
-            uint v = sh == 0u ? words[k] : (words[k] >> sh) | (words[k + 1u] << (32u - sh));
-            a[k % 4u] += sdot4x8(v, xw[k], 0);
-        }
-        acc += d * xqd[i] * float((a.x + a.y) + (a.z + a.w));
-    }
-    for (; t == WT_Q8_0 && !xq_on() && i < n32; i += stride) {
+    for (; t == WT_Q8_0 && i < n32; i += stride) {
         uint b = rb + i * 34u;
         float d = q_half(b);
         uint o4 = (b + 2u) >> 2, sh = ((b + 2u) & 3u) * 8u;
@@ -1796,7 +1745,6 @@ void phase_head() {
             vec4 v = sum4(res_at(LAYERS % 2u), t * HIDDEN + 4 * i);
             ss += dot(v, v);
             xs[xsw(i)] = v * (i == tid ? norm_pf : final_norm4[i]);
-            xq_put(i, xs[xsw(i)]);
         }
         float scale = inversesqrt(wg_sum(ss) / float(HIDDEN) + EPS);
         barrier();

@@ -503,7 +503,6 @@ impl Lower<'_> {
             (id::WT_EMBED, self.w.embed.spec_id()),
             (id::WT_HEAD, self.w.lm_head.spec_id()),
             (id::WT_MASK, type_mask(self.w)),
-            (id::XQ, t.persistent_xq),
         ];
         pairs.extend(self.kv.geo.spec());
         spec(&pairs)

@@ -372,9 +372,6 @@ impl Gpu {
         if info.float_atomic_add {
             ext_ptrs.push(ash::ext::shader_atomic_float::NAME.as_ptr());
         }
-        if info.integer_dot_product {
-            ext_ptrs.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
-        }
         let prio = [1.0f32];
         let mut queue_infos = vec![
             vk::DeviceQueueCreateInfo::default()
@@ -416,11 +413,6 @@ impl Gpu {
             .shader_buffer_float32_atomic_add(true);
         if info.float_atomic_add {
             create = create.push_next(&mut atomic_float);
-        }
-        let mut idot = vk::PhysicalDeviceShaderIntegerDotProductFeaturesKHR::default()
-            .shader_integer_dot_product(true);
-        if info.integer_dot_product {
-            create = create.push_next(&mut idot);
         }
         // SAFETY: `pd` belongs to the live instance; the create-info and its chain are locals.
         let device = unsafe { bundle.instance.create_device(*pd, &create, None) }

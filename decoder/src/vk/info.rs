@@ -54,9 +54,6 @@ pub struct DeviceInfo {
     /// The driver reports statistics of compiled pipelines (VK_KHR_pipeline_executable_properties:
     /// registers, spills, code size, as the driver names them).
     pub pipeline_statistics: bool,
-    /// Dot products of packed 8-bit integers in shaders (VK_KHR_shader_integer_dot_product's
-    /// shaderIntegerDotProduct): the persistent kernel's Q8_0 rows against quantized inputs.
-    pub integer_dot_product: bool,
     pub max_storage_buffer_range: u64,
     pub max_memory_allocation_size: u64,
     pub max_compute_workgroup_invocations: u32,
@@ -124,7 +121,6 @@ pub(crate) fn probe(
         let mut clock = vk::PhysicalDeviceShaderClockFeaturesKHR::default();
         let mut exec = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
         let mut atomic_float = vk::PhysicalDeviceShaderAtomicFloatFeaturesEXT::default();
-        let mut idot = vk::PhysicalDeviceShaderIntegerDotProductFeaturesKHR::default();
         let mut feats2 = vk::PhysicalDeviceFeatures2::default()
             .push_next(&mut f11)
             .push_next(&mut f12);
@@ -136,9 +132,6 @@ pub(crate) fn probe(
         }
         if has("VK_EXT_shader_atomic_float") {
             feats2 = feats2.push_next(&mut atomic_float);
-        }
-        if has("VK_KHR_shader_integer_dot_product") {
-            feats2 = feats2.push_next(&mut idot);
         }
         instance.get_physical_device_features2(pd, &mut feats2);
         let shader_int64 = feats2.features.shader_int64 == vk::TRUE;
@@ -238,7 +231,6 @@ pub(crate) fn probe(
             int64_atomics: shader_int64 && f12.shader_buffer_int64_atomics == vk::TRUE,
             shader_device_clock: clock.shader_device_clock == vk::TRUE,
             pipeline_statistics: exec.pipeline_executable_info == vk::TRUE,
-            integer_dot_product: idot.shader_integer_dot_product == vk::TRUE,
             max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,
             max_memory_allocation_size: p11.max_memory_allocation_size,
             max_compute_workgroup_invocations: props.limits.max_compute_work_group_invocations,

@@ -25,7 +25,7 @@ fn pow2_32_to_1024(v: u32) -> bool {
 
 /// Every tuning key, in the order of docs/persistent-kernel.md's table: the persistent kernel's
 /// first, then the fused preset's kernels'.
-pub const TUNING_KEYS: [TuningKey; 15] = [
+pub const TUNING_KEYS: [TuningKey; 14] = [
     TuningKey {
         name: "persistent_wg",
         default: "256 / 64",
@@ -73,14 +73,6 @@ pub const TUNING_KEYS: [TuningKey; 15] = [
         meaning: "copies of each residual row the float atomics spread over",
         accepts: |v| (1..=8).contains(&v),
         field: |t| &mut t.persistent_res_copies,
-    },
-    TuningKey {
-        name: "persistent_xq",
-        default: "0 / 0",
-        range: "0 or 1",
-        meaning: "Q8_0 rows of the persistent kernel's row matvecs against their input quantized to 8 bits a 32-element block, by integer dot products (1; needs shaderIntegerDotProduct)",
-        accepts: |v| v <= 1,
-        field: |t| &mut t.persistent_xq,
     },
     TuningKey {
         name: "attn_wg",
@@ -321,8 +313,6 @@ pub struct Tuning {
     /// Copies of each residual row the persistent kernel's float atomics spread over (`RC`, at
     /// most `persistent::MAX_RESIDUAL_COPIES`), so each word takes 1 / RC of the grid's atomics.
     pub persistent_res_copies: u32,
-    /// The persistent kernel's Q8_0 row matvecs against an input quantized to 8 bits (`XQ`).
-    pub persistent_xq: u32,
     /// The persistent kernel writes a device clock per phase (`--timestamps dispatch` on a
     /// device with shaderDeviceClock): set by the engine, not a tuning key.
     pub phase_clocks: bool,
@@ -411,7 +401,6 @@ impl Tuning {
                 // Each residual word takes an atomic from every workgroup twice a layer; 4 copies
                 // measured best of 1, 2, 4 and 8 (docs/persistent-kernel.md).
                 persistent_res_copies: 4,
-                persistent_xq: 0,
                 phase_clocks: false,
             }
         } else {
@@ -443,7 +432,6 @@ impl Tuning {
                 // The GPU's value, so CI runs the copies' code (on one workgroup every atomic
                 // goes to the first copy; the others are cleared and summed).
                 persistent_res_copies: 4,
-                persistent_xq: 0,
                 phase_clocks: false,
             }
         }
