@@ -7,8 +7,8 @@
 // Read four elements at a time (wload4), a Q6_K row costs a load per scale, per d and per pair
 // of nibble and high bits, and the lm_head of a Q4_K_M file (Q6_K) took twice the time of a Q8_0
 // one. Here every lane takes a unit of 32 elements of a Q4_K or Q6_K row whose bytes it loads as
-// whole words, scales included, and issues the words of QR rows (QKV's passes, gate and up of two
-// passes, the lm_head's rows) before it decodes any. Words, not decoded floats, stay live between
+// whole words, scales included, and issues the words of QR rows (QKV's passes, gate and up of one
+// pass, the lm_head's rows) before it decodes any. Words, not decoded floats, stay live between
 // the loads and their use: 8 or 13 registers per row and lane. The other types' rows keep
 // persistent.glsl's loads: on an H200, Q8_0 rows read as units (a block per lane, all types in
 // this file) ran slower than a row at a time (docs/persistent-kernel.md, rows 92 to 94).
@@ -30,8 +30,10 @@ bool rows_in_units(uint t) { return (t == WT_Q4_K && WT_HAS(WT_Q4_K)) || (t == W
 //         all four quarters k (elements 128 n + 32 k + l0 .. + 7): 3 words each of ql (k even,
 //         odd), qh and the half's 8 scales, and d.
 
-// Rows a subgroup has in flight at once, and the most words a unit takes (Q6_K).
-const uint QR = 4;
+// Rows a subgroup has in flight at once, and the most words a unit takes (Q6_K). At 4 rows the
+// Q4_K_M kernel spilled 928 bytes a thread and ran 16% slower at 512, 9% at 16K (an H200;
+// docs/persistent-kernel.md, row 106).
+const uint QR = 2;
 const uint UW = 13;
 
 // The 8 bytes at byte 2 `odd` of words a, b, c (odd: the span starts 2 bytes into a).
