@@ -30,9 +30,9 @@ bool rows_in_units(uint t) { return (t == WT_Q4_K && WT_HAS(WT_Q4_K)) || (t == W
 //         all four quarters k (elements 128 n + 32 k + l0 .. + 7): 3 words each of ql (k even,
 //         odd), qh and the half's 8 scales, and d.
 
-// Rows a subgroup has in flight at once, and the most words a unit takes (Q6_K). At 4 rows the
-// Q4_K_M kernel spilled 928 bytes a thread and ran 16% slower at 512, 9% at 16K (an H200;
-// docs/persistent-kernel.md, row 106).
+// Rows a subgroup has in flight at once (even: gate/up take QR / 2 passes of both at a time),
+// and the most words a unit takes (Q6_K). At 4 rows the Q4_K_M kernel spilled 928 bytes a thread
+// and ran 16% slower at 512, 9% at 16K (an H200; docs/persistent-kernel.md, row 106).
 const uint QR = 2;
 const uint UW = 13;
 
