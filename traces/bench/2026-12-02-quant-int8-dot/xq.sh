@@ -24,4 +24,4 @@ for x in 0 1; do
   $D run --model $g --backend vulkan --mode fused --kernels persistent --max-tokens 32 --ignore-eos --tuning persistent_xq=$x --dump /tmp/p$x.st > /dev/null 2>&1
 done
 $D run --model $g --backend vulkan --mode fused --max-tokens 32 --ignore-eos --dump /tmp/f.st > /dev/null 2>&1
-for x in 0 1; do echo "CHECK xq=$x vs fused: $(python3 .device-bin/cmp.py /tmp/p$x.st /tmp/f.st)" | tee -a $S; done
+for x in 0 1; do echo "CHECK xq=$x vs fused: $(python3 traces/bench/2026-12-02-quant-units-two-rows/cmp.py /tmp/p$x.st /tmp/f.st)" | tee -a $S; done

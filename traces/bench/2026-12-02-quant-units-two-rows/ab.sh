@@ -5,7 +5,7 @@
 # .xz; the output is ab.txt.
 set -uo pipefail
 for b in decoder decoder-qr2; do xz -dc .device-bin/$b.xz > /tmp/$b && chmod +x /tmp/$b; done
-S=$OUT/qr.txt
+S=$OUT/ab.txt
 /tmp/decoder export-gguf qwen3-0.6b --dtype q4_k_m --out /tmp/q4.gguf 2>&1 | tail -1 | tee -a $S
 /tmp/decoder export-gguf qwen3-0.6b --dtype q8_0 --out /tmp/q8.gguf 2>&1 | tail -1 | tee -a $S
 run() { # bin gguf ctx ts
@@ -22,4 +22,4 @@ for b in decoder decoder-qr2; do
   /tmp/$b run --model /tmp/q4.gguf --backend vulkan --mode fused --kernels persistent --max-tokens 32 --ignore-eos --dump /tmp/p-$b.st > /dev/null 2>&1
 done
 /tmp/decoder run --model /tmp/q4.gguf --backend vulkan --mode fused --max-tokens 32 --ignore-eos --dump /tmp/f.st > /dev/null 2>&1
-for b in decoder decoder-qr2; do echo "CHECK $b vs fused: $(python3 .device-bin/cmp.py /tmp/p-$b.st /tmp/f.st)" | tee -a $S; done
+for b in decoder decoder-qr2; do echo "CHECK $b vs fused: $(python3 traces/bench/2026-12-02-quant-units-two-rows/cmp.py /tmp/p-$b.st /tmp/f.st)" | tee -a $S; done
