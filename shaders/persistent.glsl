@@ -273,33 +273,6 @@ shared vec4 xs[XS];
 // different banks instead of one (and lanes taking 8 columns each no longer share banks two by
 // two). The f16 kernel keeps the plain layout. Only the staged row's readers and writers use it.
 uint xsw(uint v) { return (WQ == 1u && HIDDEN % 32u == 0u) ? v ^ ((v >> 3) & 7u) : v; }
-// A kernel whose every matrix and lm_head is Q8_0 (XB = 1) stages the row in the layout of a
-// Q8_0 row's bytes instead: element c at float 34 (c / 32) + 2 + c % 32, and zeros at the two
-// floats under each block's scale, so that the word w of any row meets its four inputs at
-// xs[w] (qdot_words). The row then takes XR floats of xs, and what follows it (the MLP's
-// activations) starts there.
-const uint XB = uint(WQ == 1u) * uint(WT_MASK == (1u << WT_Q8_0)) * uint(WT_HEAD == WT_Q8_0) * uint(HIDDEN % 64u == 0u);
-const uint XR = XB == 1u ? HIDDEN / 32u * 34u : HIDDEN;
-// Stores vec4 i (elements 4 i .. 4 i + 3) of the staged row.
-void put_row4(uint i, vec4 v) {
-    if (XB == 0u) {
-        xs[xsw(i)] = v;
-        return;
-    }
-    uint b = i / 8u, f = 34u * b + 2u + 4u * (i % 8u), q = f / 4u;
-    if ((f & 3u) == 0u) {
-        xs[q] = v;
-        // An odd block's scale lies under the previous vec4's last two floats.
-        if (i % 8u == 0u) xs[q - 1u].zw = vec2(0.0);
-    } else if (i % 8u == 0u) {
-        // An even block's scale and first two elements share a vec4.
-        xs[q] = vec4(0.0, 0.0, v.x, v.y);
-        xs[q + 1u].xy = v.zw;
-    } else {
-        xs[q].zw = v.xy;
-        xs[q + 1u].xy = v.zw;
-    }
-}
 shared float red_f[WG];
 shared uint red_u[WG];
 shared bool flag_sh;
@@ -599,7 +572,7 @@ float stage(uint src, uint t, uvec2 norm, uint l) {
             }
         }
         ss += dot(v, v);
-        put_row4(i, v * (i == tid ? norm_pf : F32Ref(norm).v4[i]));
+        xs[xsw(i)] = v * (i == tid ? norm_pf : F32Ref(norm).v4[i]);
     }
     float scale = inversesqrt(wg_sum(ss) / float(cols) + EPS);
     barrier();
@@ -789,31 +762,6 @@ float qdot32_lane(uint t, uint rb, uint n32, uint i, uint stride) {
     return acc;
 }
 
-// XB: this lane's part of a Q8_0 row of HIDDEN columns at byte rb (a multiple of 4): the row's
-// words i, i + stride, ... (consecutive lanes, consecutive words: a subgroup's load is 128
-// consecutive bytes), each word's four bytes against xs[w], which holds zeros under the scale's
-// bytes, times the scale of the block that holds the word's elements (word w's first byte is in
-// block 4 w / 34; a word holds elements of one block only).
-float qdot_words(uint rb, uint i, uint stride) {
-    const uint NW = HIDDEN / 32u * 34u / 4u;
-    const uint M = (NW + SG - 1u) / SG;
-    uint r4 = rb >> 2;
-    uint q[M];
-    float d[M];
-    [[unroll]] for (uint m = 0; m < M; m++) {
-        uint w = i + m * stride;
-        q[m] = w < NW ? QW(r4 + w) : 0u;
-        d[m] = w < NW ? q_half(rb + 34u * ((2u * w) / 17u)) : 0.0;
-    }
-    float acc = 0.0;
-    [[unroll]] for (uint m = 0; m < M; m++) {
-        uint w = min(i + m * stride, NW - 1u);
-        vec4 v = vec4(q_i8(q[m], 0u), q_i8(q[m], 1u), q_i8(q[m], 2u), q_i8(q[m], 3u));
-        acc += d[m] * dot(v, xs[w]);
-    }
-    return acc;
-}
-
 // part_dot for a row in GGUF blocks (WQ): the row of type t at byte rb of the matrix at p. The
 // same lanes take the same 8 columns as in part_dot (32 for Q8_0 and Q4_K, whose scales are
 // then read once per 32). The type is a branch outside the loop: each branch's loop has its
@@ -823,8 +771,7 @@ float part_dot_q(uvec2 p, uint t, uint rb, uint cols, uint ks) {
     uint n8 = cols / 8u, stride = ks * SG;
     uint i = gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG;
     float acc;
-    if (XB == 1u) acc = qdot_words(rb, gl_SubgroupInvocationID + (gl_SubgroupID & (ks - 1u)) * SG, stride);
-    else if (t == WT_Q8_0 && WT_HAS(WT_Q8_0)) acc = qdot32_lane(WT_Q8_0, rb, cols / 32u, i, stride);
+    if (t == WT_Q8_0 && WT_HAS(WT_Q8_0)) acc = qdot32_lane(WT_Q8_0, rb, cols / 32u, i, stride);
     else if (t == WT_Q4_K && WT_HAS(WT_Q4_K)) acc = qdot32_lane(WT_Q4_K, rb, cols / 32u, i, stride);
     else if (t == WT_Q4_0 && WT_HAS(WT_Q4_0)) acc = qdot_lane(WT_Q4_0, rb, n8, i, stride);
     else if (t == WT_Q4_1 && WT_HAS(WT_Q4_1)) acc = qdot_lane(WT_Q4_1, rb, n8, i, stride);
@@ -1680,7 +1627,7 @@ void phase_mlp(uint l) {
                     uint r = mlp_row(ks, j + k, e_n);
                     float g = row_total(s[2u * k], ks) * scale;
                     float u = row_total(s[2u * k + 1u], ks) * scale;
-                    uint a = XR + (j + k) * per_wg + (gl_SubgroupID >> findLSB(ks));
+                    uint a = HIDDEN + (j + k) * per_wg + (gl_SubgroupID >> findLSB(ks));
                     if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
                 }
             }
@@ -1703,7 +1650,7 @@ void phase_mlp(uint l) {
             float g = row_total(gu.x, ks) * scale;
             float u = row_total(gu.y, ks) * scale;
             // Channel e = j per_wg + slot of this workgroup, after the staged row.
-            uint a = XR + j * per_wg + (gl_SubgroupID >> findLSB(ks));
+            uint a = HIDDEN + j * per_wg + (gl_SubgroupID >> findLSB(ks));
             if (writes_row(ks)) xs[a / 4u][a % 4u] = r < rows ? g / (1.0 + exp(-g)) * u : 0.0;
         }
         // The DE slots after the last channel read as zeros (the f16 loads below; down_rows
@@ -1797,7 +1744,7 @@ void phase_head() {
         for (uint i = tid; i < HIDDEN / 4; i += WG) {
             vec4 v = sum4(res_at(LAYERS % 2u), t * HIDDEN + 4 * i);
             ss += dot(v, v);
-            put_row4(i, v * (i == tid ? norm_pf : final_norm4[i]));
+            xs[xsw(i)] = v * (i == tid ? norm_pf : final_norm4[i]);
         }
         float scale = inversesqrt(wg_sum(ss) / float(HIDDEN) + EPS);
         barrier();

@@ -271,14 +271,14 @@ void down_rows(uint t, uint rbd, uint c0, uint e_n) {
             if (pw == 8u) {
                 uint w[DRW][G8W];
                 [[unroll]] for (uint k = 0; k < DRW; k++) g8_load(t, rb[k], c, w[k]);
-                uint a4 = XR / 4u + 2u * q;
+                uint a4 = HIDDEN / 4u + 2u * q;
                 [[unroll]] for (uint k = 0; k < DRW; k++) acc[k] += g8_dot(t, rb[k], c, w[k], xs[a4], xs[a4 + 1u]);
             } else if (pw == 4u) {
                 vec4 w[DRW];
                 [[unroll]] for (uint k = 0; k < DRW; k++) w[k] = wload4(t, rb[k], c);
-                [[unroll]] for (uint k = 0; k < DRW; k++) acc[k] += dot(w[k], xs[XR / 4u + q]);
+                [[unroll]] for (uint k = 0; k < DRW; k++) acc[k] += dot(w[k], xs[HIDDEN / 4u + q]);
             } else {
-                uint a = XR + q;
+                uint a = HIDDEN + q;
                 [[unroll]] for (uint k = 0; k < DRW; k++) acc[k] += wload4(t, rb[k], c & ~3u)[c & 3u] * xs[a / 4u][a % 4u];
             }
         }

@@ -261,7 +261,7 @@ pub fn staging_vec4s(s: &Shape, t: &Tuning) -> u32 {
     let gq = (s.heads / s.kv_heads.max(1)).max(1);
     let attention = nsg * gq * (s.head_dim + 4 * sg.div_ceil(4));
     [
-        s.hidden + s.hidden / 16 + s.intermediate + nsg + DOWN_CHANNELS,
+        s.hidden + s.intermediate + nsg + DOWN_CHANNELS,
         nsg * MERGE_DIMS,
         attention,
     ]
