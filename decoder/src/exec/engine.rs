@@ -242,7 +242,7 @@ impl Engine {
             info.subgroup_size,
             info.subgroup_arithmetic && info.subgroup_shuffle,
         );
-        let tuning = tuning.with(&opts.tuning);
+        let tuning = tuning.for_weights(&wtypes, opts.max_seq).with(&opts.tuning);
         let mut rec = Recorder::new(gpu)?;
         let fence = rec.new_fence()?;
         let fence_alt = rec.new_fence()?;
