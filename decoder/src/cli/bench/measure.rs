@@ -179,9 +179,12 @@ impl Decoding {
     }
 }
 
-/// Measures a group's points: for each context (ascending), prefills what the prompts add, then
-/// for each paged attention path decodes warm-up, timed and breakdown steps from the same cache
-/// and hands the row to `emit`; the decode steps are rewound before the next path and context.
+/// Measures a group's points: for each context (ascending), an engine whose KV capacity is that
+/// context's (the tuning that a run of that context gets: the split plans and the persistent
+/// kernel's workgroup follow the capacity, `Tuning::for_device` and `Tuning::for_weights`)
+/// prefills the prompts, then for each paged attention path decodes warm-up, timed and breakdown
+/// steps from the same cache and hands the row to `emit`; the decode steps are rewound before the
+/// next path.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_group(
     args: &Args,
@@ -193,26 +196,22 @@ pub(super) fn run_group(
     bar: &indicatif::ProgressBar,
     emit: &mut dyn FnMut(Row) -> anyhow::Result<String>,
 ) -> anyhow::Result<()> {
-    let longest = with_context(base_ids.to_vec(), contexts.last().copied().unwrap_or(0));
     let steps = args.warmup + args.max_tokens + args.breakdown;
-    let opts = EngineOptions {
-        knobs: g.knobs,
-        timestamps: args.timestamps[0],
-        max_seq: (longest.len() + steps + 2) as u32,
-        kv: g.kv,
-        logits_readback: false,
-        tuning: args.tuning.overrides()?,
-    };
-    let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
-        .context("cannot set up the Vulkan decoder")?;
-    for line in engine.persistent_report() {
-        bar.println(line);
-    }
-    // Prompt tokens in the cache per sequence, and the greedy token after each prompt.
-    let mut held: Vec<usize> = vec![0; g.kv.batch.max(1) as usize];
-    let mut after: Vec<u32> = vec![0; held.len()];
     for &context in contexts {
         let ids = with_context(base_ids.to_vec(), context);
+        let opts = EngineOptions {
+            knobs: g.knobs,
+            timestamps: args.timestamps[0],
+            max_seq: (ids.len() + steps + 2) as u32,
+            kv: g.kv,
+            logits_readback: false,
+            tuning: args.tuning.overrides()?,
+        };
+        let mut engine = Engine::new(gpu, &model.config, &model.weights, opts)
+            .context("cannot set up the Vulkan decoder")?;
+        for line in engine.persistent_report() {
+            bar.println(line);
+        }
         let prompts = batch_prompts(&ids, g.kv.batch);
         bar.set_message(format!(
             "{} {} batch {} context {}: prompt",
@@ -222,20 +221,11 @@ pub(super) fn run_group(
             ids.len()
         ));
         let prefill_start = std::time::Instant::now();
+        let mut after = Vec::with_capacity(prompts.len());
         let mut added = 0;
         for (seq, p) in prompts.iter().enumerate() {
-            // Every prompt extends the previous context's (the same token stream, cut longer):
-            // only the new tokens run; the last one runs again when nothing is new. A rotating
-            // cache reuses slots, so the decode steps since may have overwritten its window:
-            // it runs the whole prompt.
-            let from = if g.kv.kind == KvKind::Rotating {
-                0
-            } else {
-                held[seq].min(p.len().saturating_sub(1))
-            };
-            after[seq] = engine.prefill(seq as u32, &p[from..], from as u32)?.argmax;
-            added += p.len() - from;
-            held[seq] = p.len();
+            after.push(engine.prefill(seq as u32, p, 0)?.argmax);
+            added += p.len();
         }
         let prefill_s = prefill_start.elapsed().as_secs_f64();
         let mark = engine.records().len();

@@ -1,9 +1,11 @@
 //! `decoder bench`: load a model once and measure a sweep in one process: presets (and, with
 //! `--ablation`, every single knob flipped alone from each preset toward the other and every knob
 //! value neither preset uses; with `--also`, named settings such as `fused:kernels=persistent`) at every
-//! context length, batch size and KV layout asked for. One engine per setting, layout and batch
-//! size runs the contexts in ascending order on one growing prompt (each context prefills only
-//! the tokens it adds); at each, every paged attention path decodes from the same cache in turn:
+//! context length, batch size and KV layout asked for. Each setting, layout, batch size and
+//! context gets an engine of its own whose KV capacity is that context's, so a point runs the
+//! tuning a run of that context gets (split plans, the persistent kernel's workgroup); the
+//! contexts run in ascending order on one growing prompt, and at each every paged attention path
+//! decodes from the same cache in turn:
 //! warm-up steps, the timed steps at `--timestamps` level, then a few steps at dispatch level for
 //! the per-op breakdown (attention GPU time per step), rewound before the next. Writes one trace
 //! per point, `bench.json` (one row per point) and `bench.md` (both rewritten after every point
@@ -304,9 +306,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &also,
         gpu.info().push_descriptors,
     );
-    // A group shares one engine and its prompts: contexts in ascending order extend the same
-    // prompt (each prefills only the tokens it adds), and the paged attention paths decode from
-    // the same cache one after the other. Rows are reported in sweep order.
+    // A group shares its prompts: contexts in ascending order extend the same prompt, each in an
+    // engine sized for it, and the paged attention paths decode from the same cache one after the
+    // other. Rows are reported in sweep order.
     let mut contexts = args.context.clone();
     contexts.sort_unstable();
     contexts.dedup();
