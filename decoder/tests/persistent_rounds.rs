@@ -10,6 +10,8 @@
 //! - Head groups (`persistent_head_groups=2`): a subgroup per query head of each attention unit
 //!   (tiny has 4 query heads per KV head). A GPU grid takes them at short contexts; the CPU
 //!   grid's 8 subgroups only with the override. With each KV layout the kernel reads.
+//! - Workgroups of 1024 (`persistent_wg=1024`), which a GPU takes for a Q8_0 model at short
+//!   contexts (`Tuning::for_weights`): on tiny exported at Q8_0.
 #![allow(clippy::unwrap_used)] // Tests unwrap: a failure is a test failure.
 
 mod common;
@@ -27,13 +29,13 @@ struct Run {
     args: Args,
 }
 
-/// `decoder run --model tiny --max-tokens STEPS --ignore-eos FLAGS`, parsed.
-fn run_args(steps: u32, flags: &[&str]) -> Args {
+/// `decoder run --model MODEL --max-tokens STEPS --ignore-eos FLAGS`, parsed.
+fn run_args(model: &str, steps: u32, flags: &[&str]) -> Args {
     let steps = steps.to_string();
     let line = [
         "decoder-run",
         "--model",
-        "tiny",
+        model,
         "--max-tokens",
         &steps,
         "--ignore-eos",
@@ -49,11 +51,16 @@ fn generate_with(backend: &mut dyn Backend, model: &Model, args: &Args) -> Gener
     generate(backend, &model.tokenizer, &ids, &opts, &mut |_| {}).unwrap()
 }
 
-/// `steps` greedy steps of the persistent kernel with `kv` (the cache flags) under `tuning`
-/// against the CPU reference on the same cache layout.
+/// `steps` greedy steps of the persistent kernel on tiny with `kv` (the cache flags) under
+/// `tuning` against the CPU reference on the same cache layout.
 fn check(steps: u32, kv: &[&str], tuning: &str) {
-    let model = load_model("tiny").unwrap();
-    let cpu_args = run_args(steps, kv);
+    check_model("tiny", steps, kv, tuning);
+}
+
+/// [`check`] on `name` (a model name or a GGUF file).
+fn check_model(name: &str, steps: u32, kv: &[&str], tuning: &str) {
+    let model = load_model(name).unwrap();
+    let cpu_args = run_args(name, steps, kv);
     let prompt_tokens = prompt_ids(&model, &cpu_args.prompt).unwrap().len();
     let mut cpu = cpu_args.reference(&model, prompt_tokens).unwrap();
     let want = generate_with(&mut cpu, &model, &cpu_args);
@@ -61,7 +68,7 @@ fn check(steps: u32, kv: &[&str], tuning: &str) {
     let mut flags = vec!["--backend", "vulkan", "--kernels", "persistent"];
     flags.extend_from_slice(kv);
     flags.extend_from_slice(&["--tuning", tuning]);
-    let gpu_args = run_args(steps, &flags);
+    let gpu_args = run_args(name, steps, &flags);
     let max_seq = (prompt_tokens + steps as usize + 2) as u32;
     let got = common::with_gpu(|gpu| {
         let mut opts = gpu_args.engine_options(max_seq).unwrap();
@@ -128,4 +135,19 @@ fn head_groups_match_the_reference_on_each_kv_layout() {
     ] {
         check(200, kv, "persistent_head_groups=2");
     }
+}
+
+/// The Q8_0 kernel in workgroups of 1024, as a GPU runs a Q8_0 model at short contexts, on tiny
+/// exported by `decoder export-gguf --dtype q8_0` (its matrices stay in their blocks).
+#[test]
+fn q8_0_kernel_in_workgroups_of_1024_matches_the_reference() {
+    use decoder::gguf::export::{ExportDtype, export_gguf};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = decoder::model::resolve_model("tiny").unwrap();
+    let file = tmp.path().join("tiny-q8_0.gguf");
+    export_gguf(&dir, &file, ExportDtype::Q8_0).unwrap();
+    let name = file.display().to_string();
+    let types = decoder::exec::program::WeightTypes::of(&load_model(&name).unwrap().weights);
+    assert_eq!(types.describe(), "q8_0", "every matrix Q8_0");
+    check_model(&name, 200, &[], "persistent_wg=1024");
 }
