@@ -360,6 +360,10 @@ pub(super) fn measure(
         descriptor_writes: m.descriptor_writes,
         dispatches: m.dispatches,
         kv_bytes_copied: m.kv_bytes_copied,
+        persistent_grid: engine
+            .persistent_grid()
+            .map(|(groups, invocations)| format!("{groups}x{invocations}"))
+            .unwrap_or_default(),
         // Set by the group, which ran the prompt.
         prompt_tokens_per_s: 0.0,
         bytes_per_step,

@@ -39,8 +39,11 @@ pub struct Row {
     pub dispatches: f64,
     /// K and V bytes the paged gather copies per step.
     pub kv_bytes_copied: f64,
-    /// Prompt tokens per second of the prefill this point ran: every sequence's tokens added
-    /// since the previous context of its sweep group (all of them at the first context).
+    /// The persistent kernel's grid, `WORKGROUPSxINVOCATIONS` (`132x1024`: its workgroup size
+    /// follows the weights and the KV capacity, `Tuning::for_weights`); empty for the other
+    /// kernels.
+    pub persistent_grid: String,
+    /// Prompt tokens per second of the prefill this point ran: every sequence's whole prompt.
     pub prompt_tokens_per_s: f64,
     /// Bytes one decode step must read: the weights once plus every K and V row attended.
     pub bytes_per_step: f64,
@@ -73,8 +76,8 @@ pub(super) fn opt(v: Option<f64>) -> String {
 /// The sweep as a Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| setting | kv | batch | context | timestamps | tokens/s | ms/step | host enqueue us | GPU us | GPU gap us | attention GPU us | submits | barriers | descriptor writes | dispatches | KV bytes copied | MB/step | GB/s | roofline | prompt tokens/s | same tokens |\n\
-         |---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| setting | kv | batch | context | timestamps | tokens/s | ms/step | host enqueue us | GPU us | GPU gap us | attention GPU us | submits | barriers | descriptor writes | dispatches | grid | KV bytes copied | MB/step | GB/s | roofline | prompt tokens/s | same tokens |\n\
+         |---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         let kv = if r.paged_attention.is_empty() {
@@ -83,7 +86,7 @@ pub fn table(rows: &[Row]) -> String {
             format!("{} {}", r.kv, r.paged_attention)
         };
         out.push_str(&format!(
-            "| {} | {kv} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {kv} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.setting,
             r.batch,
             r.context,
@@ -98,6 +101,11 @@ pub fn table(rows: &[Row]) -> String {
             r.barriers,
             r.descriptor_writes,
             r.dispatches,
+            if r.persistent_grid.is_empty() {
+                "-"
+            } else {
+                &r.persistent_grid
+            },
             r.kv_bytes_copied,
             fmt(r.bytes_per_step / 1e6),
             fmt(r.achieved_gbps),
