@@ -327,19 +327,17 @@ pub const WIDE_Q8_0_MAX_SEQ: u32 = 6144;
 
 impl Tuning {
     /// The persistent kernel's workgroup for weights of types `w` and a KV capacity of `max_seq`
-    /// positions: on a GPU (the 256 of [`Tuning::for_device`]), 1024 for a model whose every
-    /// matrix is Q8_0 up to [`WIDE_Q8_0_MAX_SEQ`] positions. The driver then gives the kernel 128
-    /// registers instead of about 250, and the row matvecs, with four times the subgroups of a
-    /// compute unit in flight, read faster than the attention slows. Measured on an H200
+    /// positions: on a GPU ([`Tuning::for_device`]'s branch for subgroups of 32 lanes or more,
+    /// 256 otherwise), 1024 for a model whose every matrix is Q8_0 up to [`WIDE_Q8_0_MAX_SEQ`]
+    /// positions. The driver then gives the kernel 128 registers instead of about 250, and the
+    /// row matvecs, with four times the subgroups of a compute unit in flight, read faster than
+    /// the attention slows. Measured on an H200
     /// (qwen3-0.6b at Q8_0, tokens/s at 256 and 1024): 907 and 1132 at 512 positions, 930 and 1007
     /// at 2048, 859 and 919 at 4096, 745 and 694 at 8192, 621 and 564 at 16K. The f16 kernel (1451
     /// and 1100 at 512) and the K-quants' keep 256 (docs/persistent-kernel.md, row 108). A
     /// `persistent_wg` override replaces this.
     pub fn for_weights(mut self, w: &WeightTypes, max_seq: u32) -> Tuning {
-        if self.subgroup >= 32
-            && self.persistent_wg == 256
-            && w.distinct() == [WeightType::Q8_0]
-            && max_seq <= WIDE_Q8_0_MAX_SEQ
+        if self.subgroup >= 32 && w.distinct() == [WeightType::Q8_0] && max_seq <= WIDE_Q8_0_MAX_SEQ
         {
             self.persistent_wg = 1024;
         }
