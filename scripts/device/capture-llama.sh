@@ -21,8 +21,11 @@
 #    per-op GPU timer), for what timing every op costs it; `perf-logger+LEVEL`: the same under
 #    the layer at LEVEL (the summary compares the two timers' sums; the timer also counts the
 #    host's pace, so host time the layer adds shows there too); and `LEVEL@NAME` the layer at
-#    $LAYER_NAME at that level (two builds of the layer in one sweep: LEVELS="dispatch
-#    dispatch@old" LAYER_OLD=path), and `dispatch-interval` the dispatch level timed by
+#    $LAYER_NAME (default: $LAYER) at that level with the environment $ENV_NAME (VAR=VALUE
+#    ...; one of the two set): two builds of the layer in one sweep (LEVELS="dispatch
+#    dispatch@old" LAYER_OLD=path), or one build with one of its DECODESCOPE_* switches
+#    (LEVELS="dispatch dispatch@own" ENV_OWN="DECODESCOPE_SPREAD_ENDS=off"), and
+#    `dispatch-interval` the dispatch level timed by
 #    intervals between barriers instead of shader clocks (`--dispatch-timing interval`). $PIN
 #    pins every run to CPUs (below); $SERVER_ARGS adds llama-server options to every run alike
 #    (SERVER_ARGS="--poll 0": its CPU threadpool sleeps rather than busy-waits between graphs;
@@ -106,13 +109,20 @@ serve() {
       lv=${lv#perf-logger+}
       vars=(GGML_VK_PERF_LOGGER=1)
     fi
-    # LEVEL@NAME: the layer at $LAYER_NAME (A/B of two builds of the layer in one sweep).
+    # LEVEL@NAME: the layer at $LAYER_NAME with $ENV_NAME (an A/B in one sweep).
     if [[ $lv == *@* ]]; then
-      local var
-      var=LAYER_$(tr 'a-z-' 'A-Z_' <<<"${lv#*@}")
+      local name lvar evar
+      name=$(tr 'a-z-' 'A-Z_' <<<"${lv#*@}")
+      lvar=LAYER_$name evar=ENV_$name
       lv=${lv%@*}
-      lay=${!var:-}
-      [[ -f $lay ]] || { echo "capture-llama: $level needs \$$var (a layer library)" >&2; exit 2; }
+      if [[ -z ${!lvar:-} && -z ${!evar:-} ]]; then
+        echo "capture-llama: $level needs \$$lvar (a layer library) or \$$evar" >&2
+        exit 2
+      fi
+      lay=${!lvar:-$layer}
+      [[ -f $lay ]] || { echo "capture-llama: \$$lvar=$lay is not a file" >&2; exit 2; }
+      # shellcheck disable=SC2206  # VAR=VALUE words, split on purpose
+      vars+=(${!evar:-})
     fi
     # dispatch-interval: the dispatch level timed by intervals between barriers instead of
     # shader clocks.
