@@ -11,10 +11,7 @@
 //! - `DECODESCOPE_DISPATCH_TIMING`: at `dispatch`, `clock` (each dispatch reads the device clock
 //!   in its own, instrumented shader, where the device allows; the default) or `interval`;
 //! - `DECODESCOPE_CLOCK_EXCLUDE`: comma-separated parts of pipeline names (`entry@HASH`) whose
-//!   pipelines keep the program's code, their dispatches timed by interval;
-//! - `DECODESCOPE_SPREAD_ENDS`: with shader clocks, the workgroups from which a dispatch's
-//!   workgroups raise its end in eight places a kilobyte apart rather than one, so that their
-//!   atomics do not queue on one address (default 1024; `off` for never).
+//!   pipelines keep the program's code, their dispatches timed by interval.
 //!
 //! It counts what the decoder's recorder counts (TRACE_FORMAT.md, "counters"), per wait group,
 //! with commands inside a command buffer counted each time the buffer is submitted; names

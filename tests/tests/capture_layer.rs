@@ -16,19 +16,7 @@ const DECODE_TOKENS: &str = "6";
 
 /// `profiler record [record_args] --out OUT -- PROGRAM ARGS`.
 fn record(record_args: &[&str], out: &Path, program: &Path, args: &[&str]) -> Output {
-    record_with(&[], record_args, out, program, args)
-}
-
-/// [`record`] with `env` set for the profiler, the program and the layer.
-fn record_with(
-    env: &[(&str, &str)],
-    record_args: &[&str],
-    out: &Path,
-    program: &Path,
-    args: &[&str],
-) -> Output {
     Command::new(built("profiler"))
-        .envs(env.iter().copied())
         .arg("record")
         .args(record_args)
         .arg("--out")
@@ -122,18 +110,11 @@ fn run_under_layer(
         "dispatch-interval" => ("interval", "dispatch"),
         l => ("clock", l),
     };
-    // `dispatch-spread`: shader clocks, every dispatch raising its end in one of eight lanes
-    // (by default only dispatches of 1024 workgroups or more do, and tiny has none).
-    let (env, level): (&[(&str, &str)], &str) = match level {
-        "dispatch-spread" => (&[("DECODESCOPE_SPREAD_ENDS", "1")], "dispatch"),
-        l => (&[], l),
-    };
     let own = dir.join(format!("{name}.own.json"));
     let layer = dir.join(format!("{name}.layer.json"));
     let args = capture_args(&own, mode, knobs);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = record_with(
-        env,
+    let o = record(
         &[
             "--timestamps",
             level,
@@ -193,14 +174,12 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
     // Both presets at every level, with queries reset from the host and in command buffers:
     // the fused preset records once and replays one region per token, the generic preset
     // records, submits and waits for every dispatch. `dispatch` reads lavapipe's shader clock
-    // in each dispatch (the layer instruments the decoder's SPIR-V); `dispatch-spread` the
-    // same with every dispatch's end spread over lanes; `dispatch-interval` times by
-    // intervals between barriers.
+    // in each dispatch (the layer instruments the decoder's SPIR-V); `dispatch-interval` times
+    // by intervals between barriers.
     let runs = ["fused", "generic"].into_iter().flat_map(|m| {
         ["submit", "command-buffer", "dispatch", "dispatch-interval"]
             .into_iter()
             .flat_map(move |l| ["host", "command-buffer"].map(move |r| (m, l, r)))
-            .chain([(m, "dispatch-spread", "host")])
     });
     for (mode, level, reset) in runs {
         let name = match (mode, reset) {
@@ -214,7 +193,7 @@ fn timestamp_levels_time_the_gpu_and_leave_the_counters_alone() {
         let c = layer.meta.capture.as_ref().expect("capture");
         assert_eq!(c.untimed_dispatches, 0, "{name}: {:?}", c.notes);
         let (level, how) = match level {
-            "dispatch" | "dispatch-spread" => ("dispatch", "shader-clock"),
+            "dispatch" => ("dispatch", "shader-clock"),
             "dispatch-interval" => ("dispatch", "interval"),
             l => (l, ""),
         };

@@ -26,20 +26,18 @@
 //! atomics and its first invocation a few instructions.
 
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use ash::vk::{self, Handle};
 
 use super::features::{Patch, named, offered, writable};
 use super::{InstanceData, Next, dev, slice};
-use crate::spirv::{self, END_LANES, RecordLayout};
+use crate::spirv::{self, RECORD_BYTES};
 use crate::state::{FastMap, MAX_POOLS, POOL_PAIRS, RECHECK};
 
 /// Clock records a device has: one per timestamp pair the layer can hold.
 const RECORDS: u64 = MAX_POOLS as u64 * POOL_PAIRS as u64;
-/// Where the records and their end lanes are in the record buffer and its host copy.
-const LAYOUT: RecordLayout = RecordLayout { records: RECORDS };
 
 /// What `vkCreateDevice` adds for shader clocks: structures chained before the program's own,
 /// a features copy, extensions. Kept alive until the call returns.
@@ -292,16 +290,11 @@ pub(super) struct ShaderClock {
     records: Buffer,
     /// Where each command buffer's end copies its records, in host memory.
     readback: Buffer,
-    /// The readback's mapping (host-coherent, laid out as [`LAYOUT`]), as an address.
+    /// The readback's mapping (host-coherent, `RECORDS` x `RECORD_BYTES`), as an address.
     readback_host: usize,
     /// The tag each record's current dispatch writes (0: none), and the next tag.
     tags: Box<[AtomicU32]>,
     next_tag: AtomicU32,
-    /// One bit a record: its current dispatch spreads its end over the record's lanes.
-    spread: Box<[AtomicU64]>,
-    /// Dispatches of at least this many workgroups spread their ends
-    /// (`DECODESCOPE_SPREAD_ENDS`).
-    spread_min: u32,
     /// Pipeline layouts whose push constants the layer extended: the stage flags its pushes
     /// name.
     layouts: Mutex<FastMap<u64, u32>>,
@@ -355,10 +348,7 @@ impl ShaderClock {
     ) -> Result<ShaderClock, String> {
         use vk::BufferUsageFlags as U;
         use vk::MemoryPropertyFlags as M;
-        let size = LAYOUT.bytes();
-        if LAYOUT.word(RECORDS - 1, true).is_none() {
-            return Err("the clock records' lanes are out of a push's reach".into());
-        }
+        let size = RECORDS * RECORD_BYTES;
         let (records, _) = Self::buffer(
             next,
             device,
@@ -395,10 +385,6 @@ impl ShaderClock {
             readback_host: host,
             tags: (0..RECORDS).map(|_| AtomicU32::new(0)).collect(),
             next_tag: AtomicU32::new(1),
-            spread: (0..RECORDS.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-            spread_min: super::config().spread_min,
             layouts: Mutex::default(),
             modules: Mutex::default(),
             pipelines: RwLock::default(),
@@ -558,35 +544,23 @@ impl ShaderClock {
         }
     }
 
-    /// Before a dispatch of `groups` workgroups of an instrumented pipeline (`target`: its
-    /// layout and push stages) recorded into `cb` with timestamp pair `pair`: a new tag for the
-    /// pair's record, where the dispatch keeps its end (spread over the record's lanes from
-    /// `spread_min` workgroups up), and a push of the record's address, the tag and the lanes
-    /// word.
+    /// Before a dispatch of an instrumented pipeline (`target`: its layout and push stages)
+    /// recorded into `cb` with timestamp pair `pair`: a new tag for the pair's record, and a
+    /// push of the record's address and the tag.
     pub(super) unsafe fn arm(
         &self,
         next: &Next,
         cb: vk::CommandBuffer,
         target: (u64, u32),
         pair: u32,
-        groups: u32,
     ) {
         let Some(slot) = self.tags.get(pair as usize) else {
             return;
         };
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed).max(1);
         slot.store(tag, Ordering::Relaxed);
-        let spread = groups >= self.spread_min;
-        let (word, bit) = (&self.spread[pair as usize / 64], 1u64 << (pair % 64));
-        if spread {
-            word.fetch_or(bit, Ordering::Relaxed);
-        } else if word.load(Ordering::Relaxed) & bit != 0 {
-            word.fetch_and(!bit, Ordering::Relaxed);
-        }
-        // `create` checked that every record's lanes are in reach.
-        let lanes = LAYOUT.word(pair as u64, spread).unwrap_or(spirv::OWN_END);
-        let address = self.records.address + LAYOUT.record_at(pair as u64);
-        let push: [u32; 4] = [address as u32, (address >> 32) as u32, tag, lanes];
+        let address = self.records.address + pair as u64 * RECORD_BYTES;
+        let push: [u32; 4] = [address as u32, (address >> 32) as u32, tag, 0];
         if let Some(f) = next.cmd_push_constants {
             f(
                 cb,
@@ -599,22 +573,28 @@ impl ShaderClock {
         }
     }
 
-    /// Whether record `pair`'s current dispatch spreads its end over the record's lanes.
-    fn spreads(&self, pair: u32) -> bool {
-        self.spread
-            .get(pair as usize / 64)
-            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (pair % 64)) != 0)
-    }
-
     /// At the end of a recording whose clocked dispatches have pairs `pairs`: copies their
-    /// records, and the lanes of those that spread their ends, to the host copy once every
-    /// dispatch before is done, visible to the host.
+    /// records to the host copy once every dispatch before is done, visible to the host.
     pub(super) unsafe fn copy_back(&self, next: &Next, cb: vk::CommandBuffer, pairs: &mut [u32]) {
         let (Some(barrier), Some(copy)) = (next.cmd_pipeline_barrier, next.cmd_copy_buffer) else {
             return;
         };
         pairs.sort_unstable();
-        let regions = copy_regions(pairs, |p| self.spreads(p));
+        let mut regions: Vec<vk::BufferCopy> = Vec::new();
+        for &p in pairs.iter() {
+            if p as u64 >= RECORDS {
+                continue;
+            }
+            let at = p as u64 * RECORD_BYTES;
+            match regions.last_mut() {
+                Some(r) if r.src_offset + r.size == at => r.size += RECORD_BYTES,
+                _ => regions.push(vk::BufferCopy {
+                    src_offset: at,
+                    dst_offset: at,
+                    size: RECORD_BYTES,
+                }),
+            }
+        }
         if regions.is_empty() {
             return;
         }
@@ -661,60 +641,14 @@ impl ShaderClock {
     /// is not that dispatch's (its tag differs: the dispatch never ran, or an earlier one's).
     pub(super) unsafe fn take(&self, pair: u32) -> Option<(u64, u64)> {
         let tag = self.tags.get(pair as usize)?.load(Ordering::Relaxed);
-        let host = self.readback_host as *const u8;
-        let read = |at: u64| {
-            // SAFETY: the host copy is mapped for the device's life, laid out as LAYOUT, and
-            // `pair` is below RECORDS (it has a tag), so its record and lanes are inside it;
-            // the submission that copied them is complete.
-            unsafe { (host.add(at as usize) as *const u64).read_volatile() }
-        };
-        let r = LAYOUT.record_at(pair as u64);
-        let start = read(r);
-        // A dispatch that spread its end zeroed every lane as it started and raised some.
-        let end = if self.spreads(pair) {
-            (0..END_LANES)
-                .map(|lane| read(LAYOUT.lane_at(pair as u64, lane)))
-                .max()
-                .unwrap_or(0)
-        } else {
-            read(r + 8)
-        };
-        let written = read(r + 16) as u32;
+        // SAFETY: the host copy is mapped for the device's life and entry `pair` is inside it;
+        // the submission that copied it is complete.
+        let r = (self.readback_host as *const u8).add((pair as u64 * RECORD_BYTES) as usize);
+        let start = (r as *const u64).read_volatile();
+        let end = (r.add(8) as *const u64).read_volatile();
+        let written = (r.add(16) as *const u32).read_volatile();
         (tag != 0 && written == tag && end != 0).then_some((start, end))
     }
-}
-
-/// The copies that bring `pairs` (sorted) back to the host: runs of consecutive records, and for
-/// the pairs that spread their ends (`spreads`), each lane over the range of such pairs in each
-/// chunk of lanes ([`spirv::CHUNK`]; the pairs between them come along, unread).
-fn copy_regions(pairs: &[u32], spreads: impl Fn(u32) -> bool) -> Vec<vk::BufferCopy> {
-    let region = |at: u64, size: u64| vk::BufferCopy {
-        src_offset: at,
-        dst_offset: at,
-        size,
-    };
-    let mut regions: Vec<vk::BufferCopy> = Vec::new();
-    let mut lanes: Vec<(u64, u64)> = Vec::new();
-    let record = spirv::RECORD_BYTES;
-    for p in pairs.iter().map(|&p| p as u64).filter(|&p| p < RECORDS) {
-        let at = LAYOUT.record_at(p);
-        match regions.last_mut() {
-            Some(r) if r.src_offset + r.size == at => r.size += record,
-            _ => regions.push(region(at, record)),
-        }
-        if spreads(p as u32) {
-            match lanes.last_mut() {
-                Some((first, last)) if *first / spirv::CHUNK == p / spirv::CHUNK => *last = p,
-                _ => lanes.push((p, p)),
-            }
-        }
-    }
-    for (first, last) in lanes {
-        for lane in 0..END_LANES {
-            regions.push(region(LAYOUT.lane_at(first, lane), (last - first + 1) * 8));
-        }
-    }
-    regions
 }
 
 pub(super) unsafe extern "system" fn create_pipeline_layout(
@@ -926,44 +860,5 @@ impl ShaderClock {
             };
         }
         r
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{LAYOUT, copy_regions};
-    use crate::spirv::{END_LANES, RECORD_BYTES};
-
-    /// Whether the bytes `[at, at + size)` come back in one of `regions`.
-    fn copied(regions: &[ash::vk::BufferCopy], at: u64, size: u64) -> bool {
-        regions.iter().any(|r| {
-            r.src_offset == r.dst_offset && r.src_offset <= at && at + size <= r.src_offset + r.size
-        })
-    }
-
-    #[test]
-    fn the_copies_bring_back_every_record_and_the_lanes_of_those_that_spread() {
-        let pairs = [0, 1, 2, 5, 127, 128, 130, 131, 4000];
-        let spreads = |p: u32| [1, 2, 127, 131, 4000].contains(&p);
-        let regions = copy_regions(&pairs, spreads);
-        for p in pairs {
-            assert!(
-                copied(&regions, LAYOUT.record_at(p as u64), RECORD_BYTES),
-                "record {p}"
-            );
-            if spreads(p) {
-                for lane in 0..END_LANES {
-                    assert!(
-                        copied(&regions, LAYOUT.lane_at(p as u64, lane), 8),
-                        "{p}/{lane}"
-                    );
-                }
-            }
-        }
-        // Consecutive records in one region each run; lanes one region a lane per chunk
-        // (chunks 0, 1 and 31).
-        let runs = 5;
-        assert_eq!(regions.len(), runs + 3 * END_LANES as usize);
-        assert!(copy_regions(&pairs, |_| false).len() == runs);
     }
 }

@@ -126,31 +126,6 @@ struct Config {
     /// `$DECODESCOPE_QUERY_RESET`: queries reset from the host where the device has
     /// `hostQueryReset` (`host`, the default), or always in command buffers (`command-buffer`).
     host_reset: bool,
-    /// `$DECODESCOPE_SPREAD_ENDS`: with shader clocks, a dispatch of at least this many
-    /// workgroups raises its end in one of several lanes rather than one address
-    /// ([`crate::spirv`]); `off` for none.
-    spread_min: u32,
-}
-
-/// Workgroups from which a clocked dispatch spreads its end over lanes, unless
-/// `$DECODESCOPE_SPREAD_ENDS` says otherwise.
-pub const SPREAD_ENDS: u32 = 1024;
-
-/// `$DECODESCOPE_SPREAD_ENDS`: a number of workgroups, or `off` (never); unset or empty, the
-/// default. Anything else is reported and taken as the default.
-fn spread_min() -> u32 {
-    let value = std::env::var("DECODESCOPE_SPREAD_ENDS").unwrap_or_default();
-    match value.trim() {
-        "" => SPREAD_ENDS,
-        "off" => u32::MAX,
-        v => v.parse().unwrap_or_else(|_| {
-            eprintln!(
-                "decodescope layer: DECODESCOPE_SPREAD_ENDS={value:?} is not a number of \
-                 workgroups or off; using {SPREAD_ENDS}"
-            );
-            SPREAD_ENDS
-        }),
-    }
 }
 
 /// Whether `$var` chooses `first` (the default, also when it is unset or empty) rather than
@@ -196,7 +171,6 @@ fn config() -> &'static Config {
             shader_clock,
             clock_exclude,
             host_reset,
-            spread_min: spread_min(),
         }
     })
 }

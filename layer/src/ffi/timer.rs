@@ -122,7 +122,7 @@ impl DeviceData {
     /// (the device's lock is taken only for a new block, whose queries are reset first), its
     /// stamp, and the interval's start when it opens one. Without a pair (every pool full) it
     /// stays untimed, counted as such at its submit.
-    pub(super) unsafe fn time_dispatch(&self, cb: vk::CommandBuffer, s: &Slot, groups: u32) {
+    pub(super) unsafe fn time_dispatch(&self, cb: vk::CommandBuffer, s: &Slot) {
         let mut t = s.timing();
         let pair = match t.next_pair() {
             Some(p) => p,
@@ -158,7 +158,7 @@ impl DeviceData {
             (None, None) => t.dispatch_of_pipeline(pair, s.pipeline()),
         };
         if let Some((c, target)) = clocked {
-            c.arm(&self.next, cb, target, pair, groups);
+            c.arm(&self.next, cb, target, pair);
         }
         if fresh && let Some(ts) = self.next.cmd_write_timestamp {
             if let Some(first) = t.first_write(2 * pair) {

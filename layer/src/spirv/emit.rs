@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use super::analysis::{Analysis, Existing};
 use super::words::{Inst, Module, Writer, cap, deco, en, op, storage, string_words};
-use super::{END_LANES, LANE_STRIDE};
 
 /// Fresh ids, from the input's bound up.
 #[derive(Debug)]
@@ -52,25 +51,21 @@ struct Globals {
     pc_p_rec: u32,
     pc_uint: u32,
     /// The push-constant variable, its struct, and the index of the record's member in the
-    /// struct (the tag's and the lanes word's are the next two).
+    /// struct (the tag's is the next).
     push_var: u32,
     push_struct: u32,
     rec_member: u32,
     local_index: u32,
     group_id: u32,
-    /// `OpConstant %uint` ids: 0, 2, the Device scope, the memory semantics Relaxed, the
-    /// record's, tag's and lanes word's member indices in the push-constant struct, the lane
-    /// mask's bits in the lanes word, the offset's bits, and the lanes' stride.
+    /// `OpConstant %uint` ids: 0, 1, 2, the Device scope, the memory semantics Relaxed, and the
+    /// record's and tag's member indices in the push-constant struct.
     zero: u32,
+    one: u32,
     two: u32,
     device: u32,
     relaxed: u32,
     rec_index: u32,
     tag_index: u32,
-    lanes_index: u32,
-    mask_bits: u32,
-    offset_bits: u32,
-    stride: u32,
     /// Every `OpConstant %uint` to declare, by value (the fields above share ids by value).
     uints: BTreeMap<u32, u32>,
     ulong_zero: u32,
@@ -98,34 +93,16 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32) -> Vec<u32> {
     );
     let rec_member = a.push.map_or(0, |p| p.members);
     let mut uints = BTreeMap::new();
-    let [
-        zero,
-        two,
-        device,
-        relaxed,
-        rec_index,
-        tag_index,
-        lanes_index,
-        mask_bits,
-        offset_bits,
-        stride,
-    ] = [
+    let [zero, one, two, device, relaxed, rec_index, tag_index] = [
         0,
+        1,
         2,
         en::SCOPE_DEVICE,
         en::RELAXED,
         rec_member,
         rec_member + 1,
-        rec_member + 2,
-        END_LANES - 1,
-        !(END_LANES - 1),
-        LANE_STRIDE,
     ]
     .map(|value| *uints.entry(value).or_insert_with(|| ids.fresh()));
-    // The lane numbers the prologue zeroes.
-    for k in 0..END_LANES {
-        uints.entry(k).or_insert_with(|| ids.fresh());
-    }
     let g = Globals {
         uint,
         ulong,
@@ -143,15 +120,12 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32) -> Vec<u32> {
         local_index,
         group_id,
         zero,
+        one,
         two,
         device,
         relaxed,
         rec_index,
         tag_index,
-        lanes_index,
-        mask_bits,
-        offset_bits,
-        stride,
         uints,
         ulong_zero: ids.fresh(),
     };
@@ -203,7 +177,7 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32) -> Vec<u32> {
             continue;
         }
         if a.push.is_some_and(|p| p.strukt.index == i) {
-            w.inst2(op::TYPE_STRUCT, inst.from(0), &[g.p_rec, g.uint, g.uint]);
+            w.inst2(op::TYPE_STRUCT, inst.from(0), &[g.p_rec, g.uint]);
         } else {
             w.copy(inst);
         }
@@ -255,7 +229,6 @@ fn names(w: &mut Writer, g: &Globals, a: &Analysis) {
     }
     member(w, g.push_struct, g.rec_member, "decodescope_record");
     member(w, g.push_struct, g.rec_member + 1, "decodescope_tag");
-    member(w, g.push_struct, g.rec_member + 2, "decodescope_lanes");
     if a.local_index.is_none() {
         name(w, g.local_index, "gl_LocalInvocationIndex");
     }
@@ -277,7 +250,6 @@ fn annotations(w: &mut Writer, g: &Globals, a: &Analysis, push_offset: u32) {
     }
     offset(w, g.push_struct, g.rec_member, push_offset);
     offset(w, g.push_struct, g.rec_member + 1, push_offset + 8);
-    offset(w, g.push_struct, g.rec_member + 2, push_offset + 12);
     if a.local_index.is_none() {
         w.inst(
             op::DECORATE,
@@ -325,7 +297,7 @@ fn declare(
     w.inst(op::TYPE_POINTER, &[g.pc_p_rec, pc, g.p_rec]);
     w.inst(op::TYPE_POINTER, &[g.pc_uint, pc, g.uint]);
     if let Some(pointer) = new_push {
-        w.inst(op::TYPE_STRUCT, &[g.push_struct, g.p_rec, g.uint, g.uint]);
+        w.inst(op::TYPE_STRUCT, &[g.push_struct, g.p_rec, g.uint]);
         w.inst(op::TYPE_POINTER, &[pointer, pc, g.push_struct]);
         w.inst(op::VARIABLE, &[pointer, g.push_var, pc]);
     }
@@ -406,7 +378,7 @@ fn member(w: &mut Writer, ids: &mut Ids, ty: u32, base: u32, index: u32) -> u32 
 
 /// Ends the entry block (computing `is0`, true in each workgroup's first invocation): the first
 /// invocation of workgroup (0, 0, 0), the first to start, stores the clock as the dispatch's
-/// start, zeroes its end's lanes and stores the tag the host pushed with the record. Then all go on at
+/// start, zeroes its end and stores the tag the host pushed with the record. Then all go on at
 /// the original label `cont`.
 fn prologue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32, cont: u32) {
     let device = g.device;
@@ -439,15 +411,8 @@ fn prologue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32, cont: u32) {
     let rec = load_pointer(w, ids, g);
     let start = member(w, ids, g.p_ulong, rec, g.zero);
     w.inst(op::ATOMIC_STORE, &[start, device, relaxed, clock]);
-    // Every lane of the end zeroed: lane k is (k & mask) (all of them the record's own end
-    // when it has one lane). Memory the device never wrote, or an earlier dispatch's end on a
-    // clock that wraps, would otherwise be taken as this dispatch's.
-    let lanes = Lanes::load(w, ids, g, rec);
-    for k in 0..END_LANES {
-        let lane = binary(w, ids, g.uint, op::BITWISE_AND, g.uints[&k], lanes.mask);
-        let end = lanes.end(w, ids, g, lane);
-        w.inst(op::ATOMIC_STORE, &[end, device, relaxed, g.ulong_zero]);
-    }
+    let end = member(w, ids, g.p_ulong, rec, g.one);
+    w.inst(op::ATOMIC_STORE, &[end, device, relaxed, g.ulong_zero]);
     let tag_chain = ids.fresh();
     w.inst(
         op::ACCESS_CHAIN,
@@ -461,10 +426,8 @@ fn prologue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32, cont: u32) {
     w.inst(op::LABEL, &[cont]);
 }
 
-/// Replaces an OpReturn: the first invocation of each workgroup takes the maximum of its clock
-/// and the end in its lane (an atomic whose result nothing waits for). The lane is `(x + y + z)`
-/// of the workgroup's id masked by the lanes word's low bits; the end's address is the record's
-/// plus the word's offset bits plus the lane times the stride.
+/// Replaces an OpReturn: the first invocation of each workgroup takes the maximum of the
+/// record's end and the clock (an atomic whose result nothing waits for).
 fn epilogue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32) {
     let device = g.device;
     let ret = ids.fresh();
@@ -476,18 +439,7 @@ fn epilogue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32) {
     let clock = ids.fresh();
     w.inst(op::READ_CLOCK_KHR, &[g.ulong, clock, device]);
     let rec = load_pointer(w, ids, g);
-    let lanes = Lanes::load(w, ids, g, rec);
-    let group = ids.fresh();
-    w.inst(op::LOAD, &[g.uvec3, group, g.group_id]);
-    let xyz = [0, 1, 2].map(|i| {
-        let id = ids.fresh();
-        w.inst(op::COMPOSITE_EXTRACT, &[g.uint, id, group, i]);
-        id
-    });
-    let xy = binary(w, ids, g.uint, op::I_ADD, xyz[0], xyz[1]);
-    let sum = binary(w, ids, g.uint, op::I_ADD, xy, xyz[2]);
-    let lane = binary(w, ids, g.uint, op::BITWISE_AND, sum, lanes.mask);
-    let end = lanes.end(w, ids, g, lane);
+    let end = member(w, ids, g.p_ulong, rec, g.one);
     let old = ids.fresh();
     w.inst(
         op::ATOMIC_UMAX,
@@ -496,53 +448,4 @@ fn epilogue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32) {
     w.inst(op::BRANCH, &[ret]);
     w.inst(op::LABEL, &[ret]);
     w.inst(op::RETURN, &[]);
-}
-
-/// A dispatch's end lanes, from the push's lanes word: the record's address, the offset of lane
-/// 0 from it, and the mask that picks a lane.
-struct Lanes {
-    address: u32,
-    base: u32,
-    mask: u32,
-}
-
-impl Lanes {
-    fn load(w: &mut Writer, ids: &mut Ids, g: &Globals, rec: u32) -> Lanes {
-        let chain = ids.fresh();
-        w.inst(
-            op::ACCESS_CHAIN,
-            &[g.pc_uint, chain, g.push_var, g.lanes_index],
-        );
-        let word = ids.fresh();
-        w.inst(op::LOAD, &[g.uint, word, chain]);
-        let mask = binary(w, ids, g.uint, op::BITWISE_AND, word, g.mask_bits);
-        let base = binary(w, ids, g.uint, op::BITWISE_AND, word, g.offset_bits);
-        let address = ids.fresh();
-        w.inst(op::CONVERT_PTR_TO_U, &[g.ulong, address, rec]);
-        Lanes {
-            address,
-            base,
-            mask,
-        }
-    }
-
-    /// A pointer to the end in lane `lane` (a `uint` id): the record's address plus the lane 0
-    /// offset plus the lane times the stride.
-    fn end(&self, w: &mut Writer, ids: &mut Ids, g: &Globals, lane: u32) -> u32 {
-        let along = binary(w, ids, g.uint, op::I_MUL, lane, g.stride);
-        let offset = binary(w, ids, g.uint, op::I_ADD, self.base, along);
-        let wide = ids.fresh();
-        w.inst(op::U_CONVERT, &[g.ulong, wide, offset]);
-        let at = binary(w, ids, g.ulong, op::I_ADD, self.address, wide);
-        let end = ids.fresh();
-        w.inst(op::CONVERT_U_TO_PTR, &[g.p_ulong, end, at]);
-        end
-    }
-}
-
-/// `opcode` of type `ty` on `a` and `b`: its result id.
-fn binary(w: &mut Writer, ids: &mut Ids, ty: u32, opcode: u16, a: u32, b: u32) -> u32 {
-    let id = ids.fresh();
-    w.inst(opcode, &[ty, id, a, b]);
-    id
 }

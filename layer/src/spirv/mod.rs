@@ -9,51 +9,34 @@
 //! ```glsl
 //! layout(buffer_reference, std430, buffer_reference_align = 8) buffer Rec {
 //!     uint64_t start; uint64_t end; uint tag; };
-//! layout(buffer_reference, std430, buffer_reference_align = 8) buffer End { uint64_t end; };
 //! layout(push_constant) uniform PC { /* the program's own members */
-//!     layout(offset = X) Rec rec; layout(offset = X + 8) uint tag;
-//!     layout(offset = X + 12) uint lanes; };
+//!     layout(offset = X) Rec rec; layout(offset = X + 8) uint tag; };
 //! void main() {
 //!     if (gl_LocalInvocationIndex == 0 && gl_WorkGroupID == uvec3(0)) {
 //!         atomicStore(rec.start, clockRealtimeEXT());   // all relaxed
-//!         for (uint k = 0; k < END_LANES; k++)          // unrolled
-//!             atomicStore(End(uint64_t(rec) + (lanes & ~7) + (k & lanes & 7) * LANE_STRIDE).end, 0);
+//!         atomicStore(rec.end, 0);
 //!         atomicStore(rec.tag, tag);
 //!     }
 //!     /* the program's body; before each of its returns: */
-//!     if (gl_LocalInvocationIndex == 0) {
-//!         uint lane = (gl_WorkGroupID.x + gl_WorkGroupID.y + gl_WorkGroupID.z) & (lanes & 7);
-//!         End e = End(uint64_t(rec) + ((lanes & ~7) + lane * LANE_STRIDE));
-//!         atomicMax(e.end, clockRealtimeEXT());
-//!     }
+//!     if (gl_LocalInvocationIndex == 0) atomicMax(rec.end, clockRealtimeEXT());
 //! }
 //! ```
 //!
 //! Workgroup (0, 0, 0), the first a GPU starts, stores the dispatch's start and the tag that
 //! tells the host this record is this dispatch's (not an earlier one's that used the same
-//! record); the first invocation of every workgroup takes the maximum of an end and its clock
+//! record); the first invocation of every workgroup takes the maximum of the end and its clock
 //! as it returns. No invocation waits for an atomic's result, so the dispatch runs as it would
 //! without them but for a few instructions a workgroup. Every clock and atomic has device scope.
-//!
-//! Where the end is kept is the host's choice, in the push's `lanes` word ([`lanes_word`]): the
-//! record's own end (`8`: 8 bytes past the record, one lane), or [`END_LANES`] ends
-//! [`LANE_STRIDE`] bytes apart, each workgroup raising one of them. Atomics on one address
-//! queue one behind the other, and a dispatch of tens of thousands of small workgroups (a
-//! language model's output matvec) spends tens of microseconds in that queue; spread over ends
-//! a kilobyte apart they do not queue. The first workgroup zeroes every lane (memory the device
-//! never wrote, or an earlier end on a clock that wraps, would otherwise count), and the host
-//! takes the largest of the lanes.
-//!
 //! The host must enable `shaderDeviceClock`, `bufferDeviceAddress`, `shaderInt64` and
-//! `shaderBufferInt64Atomics`, push the record's address, the tag and the lanes word at
-//! `push_offset` (the program's push-constant range must end at or before it), and copy the
-//! records and the lanes it used where it can read them once the dispatches are done.
+//! `shaderBufferInt64Atomics`, push the record's address and the tag at `push_offset` (the
+//! program's push-constant range must end at or before it), and copy the records where it can
+//! read them once the dispatches are done.
 //!
 //! The SPIR-V changes: the capabilities Int64, Int64Atomics, ShaderClockKHR and
 //! PhysicalStorageBufferAddresses (and VulkanMemoryModelDeviceScope under the Vulkan memory
 //! model), the extensions SPV_KHR_shader_clock and SPV_KHR_physical_storage_buffer, the
-//! PhysicalStorageBuffer64 addressing model; the program's push-constant struct gains three
-//! members (or a block is declared); the built-ins LocalInvocationIndex and WorkgroupId are reused or
+//! PhysicalStorageBuffer64 addressing model; the program's push-constant struct gains two members
+//! (or a block is declared); the built-ins LocalInvocationIndex and WorkgroupId are reused or
 //! declared and listed in every entry point's interface. The scalar types the code needs are
 //! reused where the program declares them (SPIR-V forbids a second declaration), and moved with
 //! the new declarations to the start of the types section so that they precede the push-constant
@@ -74,74 +57,8 @@ mod tests;
 /// the `u32` tag at 16, padded to 24.
 pub const RECORD_BYTES: u64 = 24;
 /// Bytes of push constants the instrumented module reads at its push offset: the record's
-/// address, the tag and the lanes word ([`lanes_word`]).
+/// address, then the tag (and 4 bytes of padding).
 pub const PUSH_BYTES: u32 = 16;
-/// The most ends a dispatch's workgroups spread their atomics over (a power of two).
-pub const END_LANES: u32 = 8;
-/// Bytes between two lanes of one dispatch's end: a kilobyte, so that the lanes fall in
-/// different parts of a GPU's L2 cache (on an H200, ends a megabyte apart queued as one address
-/// does; a kilobyte apart they did not).
-pub const LANE_STRIDE: u32 = 1024;
-
-/// The push's lanes word for a record whose end lanes start `offset` bytes past the record
-/// (a multiple of 8 below 4 GiB), `lanes` of them (1 or [`END_LANES`]). One lane at offset 8 is
-/// the record's own end.
-pub const fn lanes_word(offset: u32, lanes: u32) -> u32 {
-    debug_assert!(offset.is_multiple_of(8) && (lanes == 1 || lanes == END_LANES));
-    offset | (lanes - 1)
-}
-
-/// The push's lanes word that keeps a dispatch's end in its record.
-pub const OWN_END: u32 = lanes_word(8, 1);
-
-/// The layout of a buffer of `records` records and their end lanes, as the host lays it out:
-/// the records, `RECORD_BYTES` each, then the lanes in chunks of [`CHUNK`] records. A chunk
-/// holds lane 0 of its records (8 bytes each, one [`LANE_STRIDE`]), then lane 1, and so on, so
-/// that each record's lanes are `LANE_STRIDE` apart and a run of records' lane `k` is one
-/// contiguous range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecordLayout {
-    pub records: u64,
-}
-
-/// Records a chunk of end lanes serves: a lane's ends of a chunk fill one [`LANE_STRIDE`].
-pub const CHUNK: u64 = LANE_STRIDE as u64 / 8;
-
-impl RecordLayout {
-    /// Where record `pair` starts.
-    pub fn record_at(self, pair: u64) -> u64 {
-        pair * RECORD_BYTES
-    }
-
-    /// Where the lanes start: after the records, at a whole stride.
-    fn lanes_at(self) -> u64 {
-        (self.records * RECORD_BYTES).next_multiple_of(LANE_STRIDE as u64)
-    }
-
-    /// Where lane `lane` of record `pair`'s end is.
-    pub fn lane_at(self, pair: u64, lane: u32) -> u64 {
-        let chunk_bytes = END_LANES as u64 * LANE_STRIDE as u64;
-        self.lanes_at()
-            + pair / CHUNK * chunk_bytes
-            + lane as u64 * LANE_STRIDE as u64
-            + pair % CHUNK * 8
-    }
-
-    /// The buffer's size in bytes.
-    pub fn bytes(self) -> u64 {
-        self.lanes_at() + self.records.div_ceil(CHUNK) * END_LANES as u64 * LANE_STRIDE as u64
-    }
-
-    /// The push's lanes word for record `pair`: its own end, or its [`END_LANES`] lanes when
-    /// `spread`. `None` when the lanes are 4 GiB or more past the record.
-    pub fn word(self, pair: u64, spread: bool) -> Option<u32> {
-        if !spread {
-            return Some(OWN_END);
-        }
-        let offset = u32::try_from(self.lane_at(pair, 0) - self.record_at(pair)).ok()?;
-        Some(lanes_word(offset, END_LANES))
-    }
-}
 
 /// Why a module was left as it was (its dispatches are then not clock-timed).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -189,10 +106,9 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// The instrumented module: reads its record's address, tag and lanes word from 16 bytes of push
-/// constants at `push_offset` (a multiple of 8): the address at `push_offset`, the tag at
-/// `push_offset + 8`, the lanes word at `push_offset + 12`. The result is the same for the same
-/// input.
+/// The instrumented module: reads its record's address and tag from 16 bytes of push constants
+/// at `push_offset` (a multiple of 8): the address at `push_offset`, the tag at
+/// `push_offset + 8`. The result is the same for the same input.
 pub fn instrument(words: &[u32], push_offset: u32) -> Result<Vec<u32>, Refusal> {
     if !push_offset.is_multiple_of(8) || push_offset.checked_add(PUSH_BYTES).is_none() {
         return Err(Refusal::Unsupported(

@@ -58,7 +58,7 @@ fn fixture(name: &str) -> Vec<u32> {
 /// `i` an id operand, `l` a literal word, `s` a literal string, `.` the rest unchecked.
 fn shape(opcode: u16) -> Option<(&'static str, &'static str)> {
     Some(match opcode {
-        3 => ("ll.", ""),                                                   // OpSource
+        3 => ("ll.", ""),                                              // OpSource
         4 | 10 => ("s", ""),    // OpSourceExtension, OpExtension
         5 => ("is", ""),        // OpName
         6 => ("ils", ""),       // OpMemberName
@@ -90,21 +90,21 @@ fn shape(opcode: u16) -> Option<(&'static str, &'static str)> {
         71 => ("il.", ""),      // OpDecorate
         72 => ("ill.", ""),     // OpMemberDecorate
         81 => ("TRi", "l"),     // OpCompositeExtract
-        109..=115 | 117 | 120 | 124 | 126 | 127 | 168 | 200 => ("TRi", ""), // conversions, negations, nots
-        128..=133 | 164..=167 | 170..=191 | 194..=199 => ("TRii", ""),      // binary operators
-        224 => ("iii", ""),                                                 // OpControlBarrier
-        227 => ("TRiii", ""),                                               // OpAtomicLoad
-        228 => ("iiii", ""),                                                // OpAtomicStore
+        109..=115 | 124 | 126 | 127 | 168 | 200 => ("TRi", ""), // conversions, negations, nots
+        128..=133 | 164..=167 | 170..=191 | 194..=199 => ("TRii", ""), // binary operators
+        224 => ("iii", ""),     // OpControlBarrier
+        227 => ("TRiii", ""),   // OpAtomicLoad
+        228 => ("iiii", ""),    // OpAtomicStore
         234 | 239 => ("TRiiii", ""), // OpAtomicIAdd, OpAtomicUMax
-        245 => ("TR", "ii"),         // OpPhi
-        246 => ("iil.", ""),         // OpLoopMerge
-        247 => ("il", ""),           // OpSelectionMerge
-        248 => ("R", ""),            // OpLabel
-        249 => ("i", ""),            // OpBranch
-        250 => ("iii", "l"),         // OpBranchConditional
-        251 => ("ii", "li"),         // OpSwitch
-        350 => ("TRil", "i"),        // OpGroupNonUniformFAdd
-        5056 => ("TRi", ""),         // OpReadClockKHR
+        245 => ("TR", "ii"),    // OpPhi
+        246 => ("iil.", ""),    // OpLoopMerge
+        247 => ("il", ""),      // OpSelectionMerge
+        248 => ("R", ""),       // OpLabel
+        249 => ("i", ""),       // OpBranch
+        250 => ("iii", "l"),    // OpBranchConditional
+        251 => ("ii", "li"),    // OpSwitch
+        350 => ("TRil", "i"),   // OpGroupNonUniformFAdd
+        5056 => ("TRi", ""),    // OpReadClockKHR
         _ => return None,
     })
 }
@@ -336,34 +336,31 @@ fn check_instrumented(input: &[u32], output: &[u32]) {
     }
     assert_eq!(after.addressing, en::PHYSICAL_STORAGE_BUFFER_64);
 
-    // The push-constant block: one, its last three members at X, X + 8 and X + 12: a pointer
-    // to the PhysicalStorageBuffer Block record, the 32-bit tag and the 32-bit lanes word.
+    // The push-constant block: one, its last two members at X and X + 8: a pointer to the
+    // PhysicalStorageBuffer Block record, and the 32-bit tag.
     let vars = after.push_vars();
     assert_eq!(vars.len(), 1, "one push-constant variable");
     let s = after.pointee_of_var(vars[0]);
     assert!(after.blocks.contains(&s));
     let members = &after.globals[&s][2..];
     let n = members.len() as u32;
-    assert!(n >= 3);
-    assert_eq!(after.offsets[&(s, n - 3)], X);
-    assert_eq!(after.offsets[&(s, n - 2)], X + 8);
-    assert_eq!(after.offsets[&(s, n - 1)], X + 12);
-    let ptr = &after.globals[&members[n as usize - 3]];
+    assert!(n >= 2);
+    assert_eq!(after.offsets[&(s, n - 2)], X);
+    assert_eq!(after.offsets[&(s, n - 1)], X + 8);
+    let ptr = &after.globals[&members[n as usize - 2]];
     assert_eq!(ptr[2], storage::PHYSICAL_STORAGE_BUFFER);
     assert!(after.blocks.contains(&ptr[3]));
     assert_eq!(after.globals[&ptr[3]].len(), 2 + 3, "start, end, tag");
-    for (m, what) in [(n - 2, "tag"), (n - 1, "lanes word")] {
-        assert_eq!(
-            after.globals[&members[m as usize]][2..],
-            [32, 0],
-            "the {what} is a 32-bit unsigned integer"
-        );
-    }
+    assert_eq!(
+        after.globals[&members[n as usize - 1]][2..],
+        [32, 0],
+        "the tag is a 32-bit unsigned integer"
+    );
     if let Some(&old) = before.push_vars().first() {
         let old_s = before.pointee_of_var(old);
         assert_eq!(old_s, s, "the program's struct is extended, not replaced");
-        assert_eq!(before.globals[&s].len() + 3, after.globals[&s].len());
-        for m in 0..n - 3 {
+        assert_eq!(before.globals[&s].len() + 2, after.globals[&s].len());
+        for m in 0..n - 2 {
             assert_eq!(before.offsets[&(s, m)], after.offsets[&(s, m)]);
         }
     }
@@ -425,12 +422,9 @@ fn check_instrumented(input: &[u32], output: &[u32]) {
             before.count(old, op::READ_CLOCK_KHR) + 1 + returns
         );
         assert_eq!(after.count(new, op::RETURN), returns);
-        // The start and tag stored once and each lane of the end zeroed, and the end raised at
-        // each return, through pointers made from the record's address and the lanes word.
-        let lanes = super::END_LANES as usize;
-        assert_eq!(after.count(new, op::ATOMIC_STORE), 2 + lanes);
+        // The start, end and tag stored once, and the end raised at each return.
+        assert_eq!(after.count(new, op::ATOMIC_STORE), 3);
         assert_eq!(after.count(new, op::ATOMIC_UMAX), returns);
-        assert_eq!(after.count(new, op::CONVERT_U_TO_PTR), lanes + returns);
         for (i, (o, _)) in new.iter().enumerate() {
             if *o == op::RETURN {
                 assert_eq!(new[i - 1].0, op::LABEL, "a return alone in its block");
@@ -545,57 +539,12 @@ fn the_record_layout_is_what_the_shader_declares() {
     let f = Facts::of(&output);
     let s = f.pointee_of_var(f.push_vars()[0]);
     let members = &f.globals[&s][2..];
-    let rec = f.globals[&members[members.len() - 3]][3];
+    let rec = f.globals[&members[members.len() - 2]][3];
     assert_eq!(
         [0, 1, 2].map(|m| f.offsets[&(rec, m)]),
         [0, 8, 16],
         "start, end, tag"
     );
-    // The epilogue's lane arithmetic: the mask and offset bits of the lanes word, the stride.
-    let constants: Vec<u32> = f
-        .globals
-        .values()
-        .filter(|w| (w[0] & 0xffff) as u16 == 43 && w.len() == 4)
-        .map(|w| w[3])
-        .collect();
-    for c in [7, !7, super::LANE_STRIDE] {
-        assert!(constants.contains(&c), "constant {c:#x}");
-    }
-}
-
-#[test]
-fn each_records_end_lanes_are_its_own_and_inside_the_buffer() {
-    use super::{CHUNK, END_LANES, LANE_STRIDE, OWN_END, RECORD_BYTES, RecordLayout};
-    assert_eq!(OWN_END, 8, "one lane: the record's own end, 8 bytes in");
-    for records in [1, 5, CHUNK, CHUNK + 1, 3 * CHUNK - 7, 131_072] {
-        let l = RecordLayout { records };
-        let mut taken = BTreeSet::new();
-        for p in 0..records {
-            let r = l.record_at(p);
-            assert!(r + RECORD_BYTES <= l.bytes());
-            for b in (r..r + RECORD_BYTES).step_by(8) {
-                assert!(taken.insert(b), "record {p} of {records} overlaps at {b}");
-            }
-            let word = l.word(p, true).expect("in reach");
-            assert_eq!(word & 7, END_LANES - 1);
-            for lane in 0..END_LANES {
-                let at = l.lane_at(p, lane);
-                // What the shader computes from the record's address and the lanes word.
-                assert_eq!(r + (word & !7) as u64 + (lane * LANE_STRIDE) as u64, at);
-                assert_eq!(at % 8, 0);
-                assert!(
-                    at + 8 <= l.bytes(),
-                    "lane {lane} of record {p} of {records}"
-                );
-                assert!(taken.insert(at), "lane {lane} of record {p} of {records}");
-            }
-            assert_eq!(l.word(p, false), Some(OWN_END));
-        }
-        // A run of records' lane k is one contiguous range inside a chunk.
-        if records > 2 {
-            assert_eq!(l.lane_at(1, 3), l.lane_at(0, 3) + 8);
-        }
-    }
 }
 
 #[test]
@@ -636,11 +585,8 @@ fn a_module_without_push_constants_gets_a_block() {
     assert!(Facts::of(&input).push_vars().is_empty());
     let after = Facts::of(&instrument(&input, X).expect("instruments"));
     let s = after.pointee_of_var(after.push_vars()[0]);
-    assert_eq!(after.globals[&s].len(), 5, "three members");
-    assert_eq!(
-        [0, 1, 2].map(|m| after.offsets[&(s, m)]),
-        [X, X + 8, X + 12]
-    );
+    assert_eq!(after.globals[&s].len(), 4, "two members");
+    assert_eq!((after.offsets[&(s, 0)], after.offsets[&(s, 1)]), (X, X + 8));
 }
 
 #[test]

@@ -47,15 +47,9 @@ pub(super) mod op {
     pub const GROUP_DECORATE: u16 = 74;
     pub const GROUP_MEMBER_DECORATE: u16 = 75;
     pub const COMPOSITE_EXTRACT: u16 = 81;
-    pub const U_CONVERT: u16 = 113;
-    pub const CONVERT_PTR_TO_U: u16 = 117;
-    pub const CONVERT_U_TO_PTR: u16 = 120;
-    pub const I_ADD: u16 = 128;
-    pub const I_MUL: u16 = 132;
     pub const LOGICAL_AND: u16 = 167;
     pub const IEQUAL: u16 = 170;
     pub const BITWISE_OR: u16 = 197;
-    pub const BITWISE_AND: u16 = 199;
     pub const ATOMIC_STORE: u16 = 228;
     pub const ATOMIC_UMAX: u16 = 239;
     pub const SELECTION_MERGE: u16 = 247;
