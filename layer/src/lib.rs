@@ -11,7 +11,9 @@
 //! - `DECODESCOPE_DISPATCH_TIMING`: at `dispatch`, `clock` (each dispatch reads the device clock
 //!   in its own, instrumented shader, where the device allows; the default) or `interval`;
 //! - `DECODESCOPE_CLOCK_EXCLUDE`: comma-separated parts of pipeline names (`entry@HASH`) whose
-//!   pipelines keep the program's code, their dispatches timed by interval.
+//!   pipelines keep the program's code, their dispatches timed by interval;
+//! - `DECODESCOPE_CLOCK_MAX_GROUPS`: the most workgroups a dispatch reads the shader clock with
+//!   (default 32768); a wider one (and an indirect one) is timed by interval.
 //!
 //! It counts what the decoder's recorder counts (TRACE_FORMAT.md, "counters"), per wait group,
 //! with commands inside a command buffer counted each time the buffer is submitted; names

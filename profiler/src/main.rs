@@ -121,6 +121,11 @@ enum Command {
         /// (repeatable, or comma-separated).
         #[arg(long, value_name = "PART", value_delimiter = ',')]
         clock_exclude: Vec<String>,
+        /// With shader clocks: the most workgroups a dispatch reads the clock with (default
+        /// 32768); a wider one, such as a language model's output matvec, is timed by interval,
+        /// since its workgroups' atomics would cost it more than two timestamps do.
+        #[arg(long, value_name = "N")]
+        clock_max_groups: Option<u32>,
         /// How host waits become steps.
         #[arg(long, value_enum, default_value_t = profiler::capture::StepRule::Auto)]
         steps: profiler::capture::StepRule,
@@ -402,6 +407,7 @@ fn run(cli: Cli) -> Result<Outcome> {
             dispatch_timing,
             query_reset,
             clock_exclude,
+            clock_max_groups,
             steps,
             layer,
             kinds,
@@ -421,6 +427,7 @@ fn run(cli: Cli) -> Result<Outcome> {
                 }
                 .into(),
                 clock_exclude,
+                clock_max_groups,
                 steps,
                 layer,
                 op_kinds: kinds.rules()?,

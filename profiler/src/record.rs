@@ -5,7 +5,8 @@
 //! `profiler` executable (cargo builds both into `target/<profile>/`). Its manifest is written
 //! into a temporary folder named by `VK_ADD_LAYER_PATH`; `VK_INSTANCE_LAYERS` and
 //! `VK_LOADER_LAYERS_ENABLE` enable it; `DECODESCOPE_CAPTURE_DIR`, `DECODESCOPE_TIMESTAMPS`,
-//! `DECODESCOPE_DISPATCH_TIMING` and `DECODESCOPE_CLOCK_EXCLUDE` pass the options to it.
+//! `DECODESCOPE_DISPATCH_TIMING`, `DECODESCOPE_CLOCK_EXCLUDE` and (with `--clock-max-groups`)
+//! `DECODESCOPE_CLOCK_MAX_GROUPS` pass the options to it.
 //!
 //! Ctrl-C reaches the program (it shares the terminal's process group) and `profiler record`
 //! outlives it: once the program has exited, the trace is written (atomically) and says that the
@@ -38,6 +39,9 @@ pub struct RecordOptions {
     pub query_reset: String,
     /// Parts of pipeline names (`entry@HASH`) left uninstrumented, timed by interval.
     pub clock_exclude: Vec<String>,
+    /// The most workgroups a dispatch reads the shader clock with; `None`: the layer's default
+    /// (or `$DECODESCOPE_CLOCK_MAX_GROUPS` where it is set).
+    pub clock_max_groups: Option<u32>,
     pub steps: StepRule,
     /// `--layer`; else `$DECODESCOPE_LAYER`; else beside the executable.
     pub layer: Option<PathBuf>,
@@ -209,7 +213,11 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
     let created_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let mut child = Command::new(program)
+    let mut child = Command::new(program);
+    if let Some(n) = opts.clock_max_groups {
+        child.env("DECODESCOPE_CLOCK_MAX_GROUPS", n.to_string());
+    }
+    let mut child = child
         .args(args)
         .env("VK_ADD_LAYER_PATH", prepend("VK_ADD_LAYER_PATH", &dir, ":"))
         .env(

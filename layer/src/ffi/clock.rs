@@ -314,6 +314,9 @@ pub(super) struct ShaderClock {
     device_scope: bool,
     /// Parts of pipeline names whose pipelines are left as they are (`DECODESCOPE_CLOCK_EXCLUDE`).
     exclude: Vec<String>,
+    /// The most workgroups a dispatch of an instrumented pipeline reads the clock with
+    /// (`DECODESCOPE_CLOCK_MAX_GROUPS`); a wider one is timed by interval.
+    max_groups: u32,
 }
 
 /// The memory type for `bits` with the first of `want` the driver offers, else the first with
@@ -393,6 +396,7 @@ impl ShaderClock {
             unbracketed: AtomicU32::new(0),
             device_scope: plan.device_scope,
             exclude: super::config().clock_exclude.clone(),
+            max_groups: super::config().clock_max_groups,
         })
     }
 
@@ -519,6 +523,15 @@ impl ShaderClock {
             .copied()
     }
 
+    /// Whether a dispatch of `groups` workgroups of an instrumented pipeline reads the clock:
+    /// each of its workgroups raises the record's end with an atomic as it returns, which a
+    /// dispatch of tens of thousands of short workgroups pays for in tens of microseconds (an
+    /// LLM's output matvec on an H100: 150 against 112 us), more than two timestamps cost.
+    #[inline]
+    pub(super) fn clocks(&self, groups: u32) -> bool {
+        groups <= self.max_groups
+    }
+
     /// Whether a recording whose first clocked dispatch is recorded now brackets its clocked
     /// dispatches with two timestamps: until the clock's time line is established, and then
     /// one recording in [`RECHECK`].
@@ -561,6 +574,23 @@ impl ShaderClock {
         slot.store(tag, Ordering::Relaxed);
         let address = self.records.address + pair as u64 * RECORD_BYTES;
         let push: [u32; 4] = [address as u32, (address >> 32) as u32, tag, 0];
+        if let Some(f) = next.cmd_push_constants {
+            f(
+                cb,
+                vk::PipelineLayout::from_raw(target.0),
+                vk::ShaderStageFlags::from_raw(target.1),
+                self.push_offset,
+                spirv::PUSH_BYTES,
+                push.as_ptr().cast(),
+            );
+        }
+    }
+
+    /// Before a dispatch of an instrumented pipeline (`target`: its layout and push stages)
+    /// that does not read the clock ([`ShaderClock::clocks`]): a push of the skip word, so that
+    /// its workgroups touch no record.
+    pub(super) unsafe fn skip(&self, next: &Next, cb: vk::CommandBuffer, target: (u64, u32)) {
+        let push: [u32; 4] = [0, 0, 0, 1];
         if let Some(f) = next.cmd_push_constants {
             f(
                 cb,

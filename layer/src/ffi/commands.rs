@@ -248,16 +248,20 @@ pub(super) unsafe extern "system" fn reset_command_buffer(
 /// each command had its own inlined copy of this code each copy missed the instruction cache
 /// once a recording. Shared, it misses at the recording's first command only; the rare paths
 /// (the dispatch level, a command buffer without a lock-free slot) are out of line.
+///
+/// `groups` is a dispatch's workgroup count (`u32::MAX` where the GPU reads it from a buffer),
+/// 0 for other commands: at the dispatch level it decides whether an instrumented dispatch reads
+/// the clock ([`ShaderClock::clocks`](super::clock::ShaderClock::clocks)).
 #[inline(never)]
-unsafe fn count(cb: vk::CommandBuffer, what: Cmd) -> Option<&'static DeviceData> {
+unsafe fn count(cb: vk::CommandBuffer, what: Cmd, groups: u32) -> Option<&'static DeviceData> {
     let d = dev(cb)?;
     match d.slot(cb) {
         Some(s) if s.record(what) => {
             if d.level == Level::Dispatch {
-                slot_dispatch_level(d, cb, s, what);
+                slot_dispatch_level(d, cb, s, what, groups);
             }
         }
-        _ => locked_count(d, cb, what),
+        _ => locked_count(d, cb, what, groups),
     }
     Some(d)
 }
@@ -265,9 +269,15 @@ unsafe fn count(cb: vk::CommandBuffer, what: Cmd) -> Option<&'static DeviceData>
 /// The dispatch level's part of a command counted in `cb`'s lock-free slot `s`.
 #[cold]
 #[inline(never)]
-unsafe fn slot_dispatch_level(d: &DeviceData, cb: vk::CommandBuffer, s: &Slot, what: Cmd) {
+unsafe fn slot_dispatch_level(
+    d: &DeviceData,
+    cb: vk::CommandBuffer,
+    s: &Slot,
+    what: Cmd,
+    groups: u32,
+) {
     match what {
-        Cmd::Dispatch if s.timed() => d.time_dispatch(cb, s),
+        Cmd::Dispatch if s.timed() => d.time_dispatch(cb, s, groups),
         Cmd::Transfer => s.timing().transfer(),
         Cmd::Barrier(_) => d.close_slot_interval(cb, s),
         _ => {}
@@ -277,11 +287,11 @@ unsafe fn slot_dispatch_level(d: &DeviceData, cb: vk::CommandBuffer, s: &Slot, w
 /// A command counted under the device's lock (`cb` has no lock-free slot).
 #[cold]
 #[inline(never)]
-unsafe fn locked_count(d: &DeviceData, cb: vk::CommandBuffer, what: Cmd) {
+unsafe fn locked_count(d: &DeviceData, cb: vk::CommandBuffer, what: Cmd, groups: u32) {
     let k = cb.as_raw();
     let mut g = d.lock();
     match what {
-        Cmd::Dispatch => locked_dispatch(d, &mut g, cb),
+        Cmd::Dispatch => locked_dispatch(d, &mut g, cb, groups),
         Cmd::Barrier(_) => {
             d.close_interval(&mut g, cb);
             g.state.record(k, what);
@@ -294,7 +304,7 @@ unsafe fn locked_count(d: &DeviceData, cb: vk::CommandBuffer, what: Cmd) {
 /// A dispatch recorded under the lock: counted, and at the dispatch level given the span of its
 /// interval ([`Timing`](crate::state::Timing)): a timestamp is written here only when the
 /// interval starts with this dispatch.
-unsafe fn locked_dispatch(d: &DeviceData, g: &mut Inner, cb: vk::CommandBuffer) {
+unsafe fn locked_dispatch(d: &DeviceData, g: &mut Inner, cb: vk::CommandBuffer, groups: u32) {
     let k = cb.as_raw();
     g.state.record(k, Cmd::Dispatch);
     if g.state.level != Level::Dispatch || !g.state.can_time(k) {
@@ -307,10 +317,11 @@ unsafe fn locked_dispatch(d: &DeviceData, g: &mut Inner, cb: vk::CommandBuffer) 
     let Some(slot) = s else { return };
     let op = g.state.dispatch_op_of(k);
     d.announce(g);
-    let clocked = d
+    let instrumented = d
         .clock
         .as_ref()
         .and_then(|c| Some((c, c.pipeline(g.state.bound_pipeline(k)?)?)));
+    let clocked = instrumented.filter(|(c, _)| c.clocks(groups));
     let fresh = match clocked {
         Some((c, _)) => g.state.clocked_stamp(k, slot, op, || c.wants_bracket()),
         None => g.state.dispatch_stamp(k, slot, op),
@@ -323,13 +334,23 @@ unsafe fn locked_dispatch(d: &DeviceData, g: &mut Inner, cb: vk::CommandBuffer) 
     }
     if let Some((c, target)) = clocked {
         c.arm(&d.next, cb, target, slot);
+    } else if let Some((c, target)) = instrumented {
+        c.skip(&d.next, cb, target);
     }
 }
 
 /// Counts `what` in `cb` ([`count`]) and passes the command down with `call`.
 #[inline(always)]
 unsafe fn recorded(cb: vk::CommandBuffer, what: Cmd, call: impl FnOnce(&super::Next)) {
-    if let Some(d) = count(cb, what) {
+    if let Some(d) = count(cb, what, 0) {
+        call(&d.next);
+    }
+}
+
+/// Counts a dispatch of `groups` workgroups in `cb` ([`count`]) and passes it down with `call`.
+#[inline(always)]
+unsafe fn dispatched(cb: vk::CommandBuffer, groups: u32, call: impl FnOnce(&super::Next)) {
+    if let Some(d) = count(cb, Cmd::Dispatch, groups) {
         call(&d.next);
     }
 }
@@ -405,8 +426,13 @@ pub(super) unsafe extern "system" fn cmd_push_descriptor_set_khr(
     }
 }
 
+/// A dispatch's workgroups, `x * y * z` (at most `u32::MAX`).
+fn groups(x: u32, y: u32, z: u32) -> u32 {
+    x.saturating_mul(y).saturating_mul(z)
+}
+
 pub(super) unsafe extern "system" fn cmd_dispatch(cb: vk::CommandBuffer, x: u32, y: u32, z: u32) {
-    recorded(cb, Cmd::Dispatch, |n| {
+    dispatched(cb, groups(x, y, z), |n| {
         if let Some(f) = n.cmd_dispatch {
             f(cb, x, y, z);
         }
@@ -422,7 +448,7 @@ pub(super) unsafe extern "system" fn cmd_dispatch_base(
     y: u32,
     z: u32,
 ) {
-    recorded(cb, Cmd::Dispatch, |n| {
+    dispatched(cb, groups(x, y, z), |n| {
         if let Some(f) = n.cmd_dispatch_base {
             f(cb, bx, by, bz, x, y, z);
         }
@@ -434,7 +460,8 @@ pub(super) unsafe extern "system" fn cmd_dispatch_indirect(
     buffer: vk::Buffer,
     offset: vk::DeviceSize,
 ) {
-    recorded(cb, Cmd::Dispatch, |n| {
+    // The GPU reads the workgroup count from the buffer: taken as large.
+    dispatched(cb, u32::MAX, |n| {
         if let Some(f) = n.cmd_dispatch_indirect {
             f(cb, buffer, offset);
         }

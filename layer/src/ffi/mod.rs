@@ -126,6 +126,29 @@ struct Config {
     /// `$DECODESCOPE_QUERY_RESET`: queries reset from the host where the device has
     /// `hostQueryReset` (`host`, the default), or always in command buffers (`command-buffer`).
     host_reset: bool,
+    /// `$DECODESCOPE_CLOCK_MAX_GROUPS`: with shader clocks, the most workgroups a dispatch
+    /// reads the clock with; a wider one is timed by interval.
+    clock_max_groups: u32,
+}
+
+/// The most workgroups a dispatch reads the shader clock with, unless
+/// `$DECODESCOPE_CLOCK_MAX_GROUPS` says otherwise.
+pub const CLOCK_MAX_GROUPS: u32 = 32_768;
+
+/// `$DECODESCOPE_CLOCK_MAX_GROUPS`: a number of workgroups; unset or empty, the default.
+/// Anything else is reported and taken as the default.
+fn clock_max_groups() -> u32 {
+    let value = std::env::var("DECODESCOPE_CLOCK_MAX_GROUPS").unwrap_or_default();
+    match value.trim() {
+        "" => CLOCK_MAX_GROUPS,
+        v => v.parse().unwrap_or_else(|_| {
+            eprintln!(
+                "decodescope layer: DECODESCOPE_CLOCK_MAX_GROUPS={value:?} is not a number of \
+                 workgroups; using {CLOCK_MAX_GROUPS}"
+            );
+            CLOCK_MAX_GROUPS
+        }),
+    }
 }
 
 /// Whether `$var` chooses `first` (the default, also when it is unset or empty) rather than
@@ -171,6 +194,7 @@ fn config() -> &'static Config {
             shader_clock,
             clock_exclude,
             host_reset,
+            clock_max_groups: clock_max_groups(),
         }
     })
 }

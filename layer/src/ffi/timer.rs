@@ -118,11 +118,13 @@ impl DeviceData {
         }
     }
 
-    /// A dispatch recorded into `cb`, which has slot `s`, at the dispatch level: its pair
-    /// (the device's lock is taken only for a new block, whose queries are reset first), its
-    /// stamp, and the interval's start when it opens one. Without a pair (every pool full) it
-    /// stays untimed, counted as such at its submit.
-    pub(super) unsafe fn time_dispatch(&self, cb: vk::CommandBuffer, s: &Slot) {
+    /// A dispatch of `groups` workgroups recorded into `cb`, which has slot `s`, at the dispatch
+    /// level: its pair (the device's lock is taken only for a new block, whose queries are reset
+    /// first), its stamp, and the interval's start when it opens one; an instrumented pipeline
+    /// reads the clock unless the dispatch is too wide for it ([`ShaderClock::clocks`]), when it
+    /// is told to skip it and timed by interval. Without a pair (every pool full) it stays
+    /// untimed, counted as such at its submit.
+    pub(super) unsafe fn time_dispatch(&self, cb: vk::CommandBuffer, s: &Slot, groups: u32) {
         let mut t = s.timing();
         let pair = match t.next_pair() {
             Some(p) => p,
@@ -147,10 +149,11 @@ impl DeviceData {
                 t.add_block(first, pool.as_raw())
             }
         };
-        let clocked = self
+        let instrumented = self
             .clock
             .as_ref()
             .and_then(|c| Some((c, c.pipeline(s.pipeline())?)));
+        let clocked = instrumented.filter(|(c, _)| c.clocks(groups));
         let fresh = match (clocked, s.label_op()) {
             (Some((c, _)), Some(op)) => t.clocked(pair, op, || c.wants_bracket()),
             (Some((c, _)), None) => t.clocked_of_pipeline(pair, s.pipeline(), || c.wants_bracket()),
@@ -159,6 +162,8 @@ impl DeviceData {
         };
         if let Some((c, target)) = clocked {
             c.arm(&self.next, cb, target, pair);
+        } else if let Some((c, target)) = instrumented {
+            c.skip(&self.next, cb, target);
         }
         if fresh && let Some(ts) = self.next.cmd_write_timestamp {
             if let Some(first) = t.first_write(2 * pair) {

@@ -39,7 +39,7 @@ pub(super) struct Existing {
 pub(super) struct PushBlock {
     /// The PushConstant OpVariable.
     pub var: u32,
-    /// The Block-decorated struct it points to, which gains two members.
+    /// The Block-decorated struct it points to, which gains three members.
     pub strukt: Existing,
     /// Members the struct has now: the record's pointer becomes member `members`.
     pub members: u32,
@@ -349,7 +349,7 @@ fn push_block(
         .and_then(|s| g.structs.get(&s).map(|&index| Existing { index, id: s }))
         .ok_or(Refusal::PushConstants)?;
     let words = m.insts[strukt.index].words.len();
-    if words + 2 > MAX_INSTRUCTION_WORDS {
+    if words + 3 > MAX_INSTRUCTION_WORDS {
         return Err(Refusal::Unsupported(
             "push-constant block has too many members",
         ));

@@ -51,14 +51,14 @@ struct Globals {
     pc_p_rec: u32,
     pc_uint: u32,
     /// The push-constant variable, its struct, and the index of the record's member in the
-    /// struct (the tag's is the next).
+    /// struct (the tag's and the skip word's are the next two).
     push_var: u32,
     push_struct: u32,
     rec_member: u32,
     local_index: u32,
     group_id: u32,
     /// `OpConstant %uint` ids: 0, 1, 2, the Device scope, the memory semantics Relaxed, and the
-    /// record's and tag's member indices in the push-constant struct.
+    /// record's, tag's and skip word's member indices in the push-constant struct.
     zero: u32,
     one: u32,
     two: u32,
@@ -66,6 +66,7 @@ struct Globals {
     relaxed: u32,
     rec_index: u32,
     tag_index: u32,
+    skip_index: u32,
     /// Every `OpConstant %uint` to declare, by value (the fields above share ids by value).
     uints: BTreeMap<u32, u32>,
     ulong_zero: u32,
@@ -93,7 +94,16 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32) -> Vec<u32> {
     );
     let rec_member = a.push.map_or(0, |p| p.members);
     let mut uints = BTreeMap::new();
-    let [zero, one, two, device, relaxed, rec_index, tag_index] = [
+    let [
+        zero,
+        one,
+        two,
+        device,
+        relaxed,
+        rec_index,
+        tag_index,
+        skip_index,
+    ] = [
         0,
         1,
         2,
@@ -101,6 +111,7 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32) -> Vec<u32> {
         en::RELAXED,
         rec_member,
         rec_member + 1,
+        rec_member + 2,
     ]
     .map(|value| *uints.entry(value).or_insert_with(|| ids.fresh()));
     let g = Globals {
@@ -126,6 +137,7 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32) -> Vec<u32> {
         relaxed,
         rec_index,
         tag_index,
+        skip_index,
         uints,
         ulong_zero: ids.fresh(),
     };
@@ -177,7 +189,7 @@ pub(super) fn emit(m: &Module<'_>, a: &Analysis, push_offset: u32) -> Vec<u32> {
             continue;
         }
         if a.push.is_some_and(|p| p.strukt.index == i) {
-            w.inst2(op::TYPE_STRUCT, inst.from(0), &[g.p_rec, g.uint]);
+            w.inst2(op::TYPE_STRUCT, inst.from(0), &[g.p_rec, g.uint, g.uint]);
         } else {
             w.copy(inst);
         }
@@ -229,6 +241,7 @@ fn names(w: &mut Writer, g: &Globals, a: &Analysis) {
     }
     member(w, g.push_struct, g.rec_member, "decodescope_record");
     member(w, g.push_struct, g.rec_member + 1, "decodescope_tag");
+    member(w, g.push_struct, g.rec_member + 2, "decodescope_skip");
     if a.local_index.is_none() {
         name(w, g.local_index, "gl_LocalInvocationIndex");
     }
@@ -250,6 +263,7 @@ fn annotations(w: &mut Writer, g: &Globals, a: &Analysis, push_offset: u32) {
     }
     offset(w, g.push_struct, g.rec_member, push_offset);
     offset(w, g.push_struct, g.rec_member + 1, push_offset + 8);
+    offset(w, g.push_struct, g.rec_member + 2, push_offset + 12);
     if a.local_index.is_none() {
         w.inst(
             op::DECORATE,
@@ -297,7 +311,7 @@ fn declare(
     w.inst(op::TYPE_POINTER, &[g.pc_p_rec, pc, g.p_rec]);
     w.inst(op::TYPE_POINTER, &[g.pc_uint, pc, g.uint]);
     if let Some(pointer) = new_push {
-        w.inst(op::TYPE_STRUCT, &[g.push_struct, g.p_rec, g.uint]);
+        w.inst(op::TYPE_STRUCT, &[g.push_struct, g.p_rec, g.uint, g.uint]);
         w.inst(op::TYPE_POINTER, &[pointer, pc, g.push_struct]);
         w.inst(op::VARIABLE, &[pointer, g.push_var, pc]);
     }
@@ -376,16 +390,27 @@ fn member(w: &mut Writer, ids: &mut Ids, ty: u32, base: u32, index: u32) -> u32 
     id
 }
 
-/// Ends the entry block (computing `is0`, true in each workgroup's first invocation): the first
-/// invocation of workgroup (0, 0, 0), the first to start, stores the clock as the dispatch's
-/// start, zeroes its end and stores the tag the host pushed with the record. Then all go on at
-/// the original label `cont`.
+/// Ends the entry block (computing `is0`, true in each workgroup's first invocation unless the
+/// host pushed a nonzero skip word): the first invocation of workgroup (0, 0, 0), the first to
+/// start, stores the clock as the dispatch's start, zeroes its end and stores the tag the host
+/// pushed with the record. Then all go on at the original label `cont`.
 fn prologue(w: &mut Writer, ids: &mut Ids, g: &Globals, is0: u32, cont: u32) {
     let device = g.device;
     let relaxed = g.relaxed;
     let index = ids.fresh();
     w.inst(op::LOAD, &[g.uint, index, g.local_index]);
-    w.inst(op::IEQUAL, &[g.boolean, is0, index, g.zero]);
+    let first_invocation = ids.fresh();
+    w.inst(op::IEQUAL, &[g.boolean, first_invocation, index, g.zero]);
+    let skip_chain = ids.fresh();
+    w.inst(
+        op::ACCESS_CHAIN,
+        &[g.pc_uint, skip_chain, g.push_var, g.skip_index],
+    );
+    let skip = ids.fresh();
+    w.inst(op::LOAD, &[g.uint, skip, skip_chain]);
+    let timed = ids.fresh();
+    w.inst(op::IEQUAL, &[g.boolean, timed, skip, g.zero]);
+    w.inst(op::LOGICAL_AND, &[g.boolean, is0, first_invocation, timed]);
     let group = ids.fresh();
     w.inst(op::LOAD, &[g.uvec3, group, g.group_id]);
     let xyz = [0, 1, 2].map(|i| {

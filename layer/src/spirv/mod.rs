@@ -10,15 +10,17 @@
 //! layout(buffer_reference, std430, buffer_reference_align = 8) buffer Rec {
 //!     uint64_t start; uint64_t end; uint tag; };
 //! layout(push_constant) uniform PC { /* the program's own members */
-//!     layout(offset = X) Rec rec; layout(offset = X + 8) uint tag; };
+//!     layout(offset = X) Rec rec; layout(offset = X + 8) uint tag;
+//!     layout(offset = X + 12) uint skip; };
 //! void main() {
-//!     if (gl_LocalInvocationIndex == 0 && gl_WorkGroupID == uvec3(0)) {
+//!     bool is0 = gl_LocalInvocationIndex == 0 && skip == 0;
+//!     if (is0 && gl_WorkGroupID == uvec3(0)) {
 //!         atomicStore(rec.start, clockRealtimeEXT());   // all relaxed
 //!         atomicStore(rec.end, 0);
 //!         atomicStore(rec.tag, tag);
 //!     }
 //!     /* the program's body; before each of its returns: */
-//!     if (gl_LocalInvocationIndex == 0) atomicMax(rec.end, clockRealtimeEXT());
+//!     if (is0) atomicMax(rec.end, clockRealtimeEXT());
 //! }
 //! ```
 //!
@@ -28,15 +30,20 @@
 //! as it returns. No invocation waits for an atomic's result, so the dispatch runs as it would
 //! without them but for a few instructions a workgroup. Every clock and atomic has device scope.
 //! The host must enable `shaderDeviceClock`, `bufferDeviceAddress`, `shaderInt64` and
-//! `shaderBufferInt64Atomics`, push the record's address and the tag at `push_offset` (the
-//! program's push-constant range must end at or before it), and copy the records where it can
-//! read them once the dispatches are done.
+//! `shaderBufferInt64Atomics`, push the record's address, the tag and a zero skip word at
+//! `push_offset` (the program's push-constant range must end at or before it), and copy the
+//! records where it can read them once the dispatches are done.
+//!
+//! A nonzero skip word turns the clock off for one dispatch: no workgroup touches a record. A
+//! dispatch of tens of thousands of short workgroups (a language model's output matvec) spends
+//! tens of microseconds in its workgroups' atomics, wherever their addresses are; the host
+//! times such a dispatch by interval instead, and pushes the skip word.
 //!
 //! The SPIR-V changes: the capabilities Int64, Int64Atomics, ShaderClockKHR and
 //! PhysicalStorageBufferAddresses (and VulkanMemoryModelDeviceScope under the Vulkan memory
 //! model), the extensions SPV_KHR_shader_clock and SPV_KHR_physical_storage_buffer, the
-//! PhysicalStorageBuffer64 addressing model; the program's push-constant struct gains two members
-//! (or a block is declared); the built-ins LocalInvocationIndex and WorkgroupId are reused or
+//! PhysicalStorageBuffer64 addressing model; the program's push-constant struct gains three
+//! members (or a block is declared); the built-ins LocalInvocationIndex and WorkgroupId are reused or
 //! declared and listed in every entry point's interface. The scalar types the code needs are
 //! reused where the program declares them (SPIR-V forbids a second declaration), and moved with
 //! the new declarations to the start of the types section so that they precede the push-constant
@@ -57,7 +64,7 @@ mod tests;
 /// the `u32` tag at 16, padded to 24.
 pub const RECORD_BYTES: u64 = 24;
 /// Bytes of push constants the instrumented module reads at its push offset: the record's
-/// address, then the tag (and 4 bytes of padding).
+/// address, then the tag and the skip word (nonzero: the dispatch is not clocked).
 pub const PUSH_BYTES: u32 = 16;
 
 /// Why a module was left as it was (its dispatches are then not clock-timed).
@@ -106,9 +113,10 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// The instrumented module: reads its record's address and tag from 16 bytes of push constants
-/// at `push_offset` (a multiple of 8): the address at `push_offset`, the tag at
-/// `push_offset + 8`. The result is the same for the same input.
+/// The instrumented module: reads its record's address, tag and skip word from 16 bytes of push
+/// constants at `push_offset` (a multiple of 8): the address at `push_offset`, the tag at
+/// `push_offset + 8`, the skip word at `push_offset + 12`. The result is the same for the same
+/// input.
 pub fn instrument(words: &[u32], push_offset: u32) -> Result<Vec<u32>, Refusal> {
     if !push_offset.is_multiple_of(8) || push_offset.checked_add(PUSH_BYTES).is_none() {
         return Err(Refusal::Unsupported(

@@ -336,31 +336,34 @@ fn check_instrumented(input: &[u32], output: &[u32]) {
     }
     assert_eq!(after.addressing, en::PHYSICAL_STORAGE_BUFFER_64);
 
-    // The push-constant block: one, its last two members at X and X + 8: a pointer to the
-    // PhysicalStorageBuffer Block record, and the 32-bit tag.
+    // The push-constant block: one, its last three members at X, X + 8 and X + 12: a pointer
+    // to the PhysicalStorageBuffer Block record, the 32-bit tag and the 32-bit skip word.
     let vars = after.push_vars();
     assert_eq!(vars.len(), 1, "one push-constant variable");
     let s = after.pointee_of_var(vars[0]);
     assert!(after.blocks.contains(&s));
     let members = &after.globals[&s][2..];
     let n = members.len() as u32;
-    assert!(n >= 2);
-    assert_eq!(after.offsets[&(s, n - 2)], X);
-    assert_eq!(after.offsets[&(s, n - 1)], X + 8);
-    let ptr = &after.globals[&members[n as usize - 2]];
+    assert!(n >= 3);
+    assert_eq!(after.offsets[&(s, n - 3)], X);
+    assert_eq!(after.offsets[&(s, n - 2)], X + 8);
+    assert_eq!(after.offsets[&(s, n - 1)], X + 12);
+    let ptr = &after.globals[&members[n as usize - 3]];
     assert_eq!(ptr[2], storage::PHYSICAL_STORAGE_BUFFER);
     assert!(after.blocks.contains(&ptr[3]));
     assert_eq!(after.globals[&ptr[3]].len(), 2 + 3, "start, end, tag");
-    assert_eq!(
-        after.globals[&members[n as usize - 1]][2..],
-        [32, 0],
-        "the tag is a 32-bit unsigned integer"
-    );
+    for (m, what) in [(n - 2, "tag"), (n - 1, "skip word")] {
+        assert_eq!(
+            after.globals[&members[m as usize]][2..],
+            [32, 0],
+            "the {what} is a 32-bit unsigned integer"
+        );
+    }
     if let Some(&old) = before.push_vars().first() {
         let old_s = before.pointee_of_var(old);
         assert_eq!(old_s, s, "the program's struct is extended, not replaced");
-        assert_eq!(before.globals[&s].len() + 2, after.globals[&s].len());
-        for m in 0..n - 2 {
+        assert_eq!(before.globals[&s].len() + 3, after.globals[&s].len());
+        for m in 0..n - 3 {
             assert_eq!(before.offsets[&(s, m)], after.offsets[&(s, m)]);
         }
     }
@@ -484,7 +487,8 @@ fn check_phis(function: &[(u16, Vec<u32>)]) {
 }
 
 /// The entry block: its label, the function's variables, then the test of the local
-/// invocation index and of the workgroup id, and the branch around the prologue.
+/// invocation index and of the skip word, of the workgroup id, and the branch around the
+/// prologue.
 fn check_entry_block(function: &[(u16, Vec<u32>)]) {
     let body: Vec<u16> = function
         .iter()
@@ -492,13 +496,17 @@ fn check_entry_block(function: &[(u16, Vec<u32>)]) {
         .skip_while(|&o| o != op::LABEL)
         .skip(1)
         .skip_while(|&o| o == op::VARIABLE)
-        .take(12)
+        .take(16)
         .collect();
     assert_eq!(
         body,
         [
             op::LOAD,
             op::IEQUAL,
+            op::ACCESS_CHAIN,
+            op::LOAD,
+            op::IEQUAL,
+            op::LOGICAL_AND,
             op::LOAD,
             op::COMPOSITE_EXTRACT,
             op::COMPOSITE_EXTRACT,
@@ -539,7 +547,7 @@ fn the_record_layout_is_what_the_shader_declares() {
     let f = Facts::of(&output);
     let s = f.pointee_of_var(f.push_vars()[0]);
     let members = &f.globals[&s][2..];
-    let rec = f.globals[&members[members.len() - 2]][3];
+    let rec = f.globals[&members[members.len() - 3]][3];
     assert_eq!(
         [0, 1, 2].map(|m| f.offsets[&(rec, m)]),
         [0, 8, 16],
@@ -585,8 +593,11 @@ fn a_module_without_push_constants_gets_a_block() {
     assert!(Facts::of(&input).push_vars().is_empty());
     let after = Facts::of(&instrument(&input, X).expect("instruments"));
     let s = after.pointee_of_var(after.push_vars()[0]);
-    assert_eq!(after.globals[&s].len(), 4, "two members");
-    assert_eq!((after.offsets[&(s, 0)], after.offsets[&(s, 1)]), (X, X + 8));
+    assert_eq!(after.globals[&s].len(), 5, "three members");
+    assert_eq!(
+        [0, 1, 2].map(|m| after.offsets[&(s, m)]),
+        [X, X + 8, X + 12]
+    );
 }
 
 #[test]
