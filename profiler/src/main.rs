@@ -122,8 +122,9 @@ enum Command {
         #[arg(long, value_name = "PART", value_delimiter = ',')]
         clock_exclude: Vec<String>,
         /// With shader clocks: the most workgroups a dispatch reads the clock with (default
-        /// 32768); a wider one, such as a language model's output matvec, is timed by interval,
-        /// since its workgroups' atomics would cost it more than two timestamps do.
+        /// 32768); a wider one, such as a language model's output matvec, and an indirect one
+        /// are timed by interval, since their workgroups' atomics would cost more than two
+        /// timestamps do.
         #[arg(long, value_name = "N")]
         clock_max_groups: Option<u32>,
         /// How host waits become steps.

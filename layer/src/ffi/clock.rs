@@ -558,39 +558,29 @@ impl ShaderClock {
     }
 
     /// Before a dispatch of an instrumented pipeline (`target`: its layout and push stages)
-    /// recorded into `cb` with timestamp pair `pair`: a new tag for the pair's record, and a
-    /// push of the record's address and the tag.
+    /// recorded into `cb`: with timestamp pair `pair` (the dispatch reads the clock), a new tag
+    /// for the pair's record and a push of the record's address and the tag; without one (too
+    /// wide, [`ShaderClock::clocks`]), a push of the skip word, so that its workgroups touch no
+    /// record.
     pub(super) unsafe fn arm(
         &self,
         next: &Next,
         cb: vk::CommandBuffer,
         target: (u64, u32),
-        pair: u32,
+        pair: Option<u32>,
     ) {
-        let Some(slot) = self.tags.get(pair as usize) else {
-            return;
+        let push: [u32; 4] = match pair {
+            Some(pair) => {
+                let Some(slot) = self.tags.get(pair as usize) else {
+                    return;
+                };
+                let tag = self.next_tag.fetch_add(1, Ordering::Relaxed).max(1);
+                slot.store(tag, Ordering::Relaxed);
+                let address = self.records.address + pair as u64 * RECORD_BYTES;
+                [address as u32, (address >> 32) as u32, tag, 0]
+            }
+            None => [0, 0, 0, 1],
         };
-        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed).max(1);
-        slot.store(tag, Ordering::Relaxed);
-        let address = self.records.address + pair as u64 * RECORD_BYTES;
-        let push: [u32; 4] = [address as u32, (address >> 32) as u32, tag, 0];
-        if let Some(f) = next.cmd_push_constants {
-            f(
-                cb,
-                vk::PipelineLayout::from_raw(target.0),
-                vk::ShaderStageFlags::from_raw(target.1),
-                self.push_offset,
-                spirv::PUSH_BYTES,
-                push.as_ptr().cast(),
-            );
-        }
-    }
-
-    /// Before a dispatch of an instrumented pipeline (`target`: its layout and push stages)
-    /// that does not read the clock ([`ShaderClock::clocks`]): a push of the skip word, so that
-    /// its workgroups touch no record.
-    pub(super) unsafe fn skip(&self, next: &Next, cb: vk::CommandBuffer, target: (u64, u32)) {
-        let push: [u32; 4] = [0, 0, 0, 1];
         if let Some(f) = next.cmd_push_constants {
             f(
                 cb,

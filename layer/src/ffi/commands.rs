@@ -332,10 +332,8 @@ unsafe fn locked_dispatch(d: &DeviceData, g: &mut Inner, cb: vk::CommandBuffer, 
         }
         d.stamp_start(g, cb, slot);
     }
-    if let Some((c, target)) = clocked {
-        c.arm(&d.next, cb, target, slot);
-    } else if let Some((c, target)) = instrumented {
-        c.skip(&d.next, cb, target);
+    if let Some((c, target)) = instrumented {
+        c.arm(&d.next, cb, target, clocked.is_some().then_some(slot));
     }
 }
 

@@ -160,10 +160,8 @@ impl DeviceData {
             (None, Some(op)) => t.dispatch(pair, op),
             (None, None) => t.dispatch_of_pipeline(pair, s.pipeline()),
         };
-        if let Some((c, target)) = clocked {
-            c.arm(&self.next, cb, target, pair);
-        } else if let Some((c, target)) = instrumented {
-            c.skip(&self.next, cb, target);
+        if let Some((c, target)) = instrumented {
+            c.arm(&self.next, cb, target, clocked.is_some().then_some(pair));
         }
         if fresh && let Some(ts) = self.next.cmd_write_timestamp {
             if let Some(first) = t.first_write(2 * pair) {
