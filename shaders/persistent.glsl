@@ -294,9 +294,14 @@ uvec4 pf[PF_SETS * PF];
 
 // ---- the grid barrier ----
 
-void fail_step() {
-    atomicExchange(sy.fail, 1u);
-    result[2 * ROWS] = 1u;
+// Fails the step where a wait ran out: `poll` 0 for a grid barrier, 1 for a poll of tagged words,
+// at `site`, the phase clock the wait comes before (a phase index on the host:
+// persistent::phases). The status word says 1 (bits 0-1), which wait (bit 2), where (bits 4-15)
+// and in which workgroup (bits 16-31); the first workgroup's failure is the one kept.
+void fail_step(uint poll, uint site) {
+    uint w = 1u | (poll << 2) | (min(site, 4095u) << 4) | (min(gl_WorkGroupID.x, 65535u) << 16);
+    uint first = atomicCompSwap(sy.fail, 0u, w);
+    result[2 * ROWS] = first == 0u ? w : first;
 }
 
 void phase_clock(uint k) {
@@ -326,7 +331,7 @@ bool grid_wait(uint clock_at) {
         while (atomicLoad(sy.arrive, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire) < target) {
             spins++;
             if (spins > pc.spin_limit) {
-                fail_step();
+                fail_step(0u, clock_at);
                 ok = false;
                 break;
             }
@@ -438,10 +443,10 @@ vec4 part_get4(uint i, uint tag, inout bool ok) {
 // Before another round of polls of tagged words: false when the wait ran out (the step fails)
 // or another workgroup failed the step. The caller then goes on with what it has; the step's
 // status word reports the failure, and no workgroup waits for ever.
-bool ll_again(inout uint spins) {
+bool ll_again(inout uint spins, uint site) {
     spins++;
     if (spins > pc.spin_limit) {
-        fail_step();
+        fail_step(1u, site);
         return false;
     }
     return (spins & 255u) != 0u || sy.fail == 0u;
@@ -1210,7 +1215,7 @@ void phase_attention(uint l) {
                 }
             }
             ok = subgroupMin(ok ? 1u : 0u) == 1u;
-        } while (!ok && ll_again(spins));
+        } while (!ok && ll_again(spins, PHASES_PER_LAYER * l + 1u));
         if (l > 0u && u == first_u) phase_clock(PHASES_PER_LAYER * l + 1u);
         // This subgroup's query heads go to its part of xs (every lane reads them whole when it
         // scores its position), and the block's weights after them.
@@ -1452,7 +1457,7 @@ void phase_merge_o(uint l) {
                 ms = part_get(b, tag, ok);
                 ls = part_get(b + 1u, tag, ok);
                 [[unroll]] for (uint q = 0; q < OC / 4; q++) o[q] = part_get4(b + 4u + c0 + 4u * q, tag, ok);
-            } while (!ok && ll_again(spins));
+            } while (!ok && ll_again(spins, PHASES_PER_LAYER * l + 2u));
             if (u == gl_WorkGroupID.x) phase_clock(PHASES_PER_LAYER * l + 2u);
             float nm = max(mx, ms);
             float sc = (mx == NEG_INF) ? 0.0 : exp(mx - nm);
@@ -1909,7 +1914,8 @@ void main() {
 #ifdef PHASE_CLOCKS
             clk[PHASES_PER_LAYER * LAYERS + 1u] = clockRealtime2x32EXT();
 #endif
-            // 1 where a wait ran out, 3 where a subgroup's loops were stopped (last_to_finish).
+            // fail_step's word where a wait ran out, 3 where a subgroup's loops were stopped
+            // (last_to_finish).
             result[2 * ROWS] = sy.fail;
         }
     }

@@ -40,6 +40,25 @@ pub fn phases(layers: u32) -> Vec<(String, &'static str)> {
     out
 }
 
+/// Which wait of a step ran out, from the kernel's status word where it says so (bits 0-1 are 1):
+/// bit 2 tells a poll of tagged words from a grid barrier, bits 4-15 the phase clock the wait
+/// comes before (an index into [`phases`]; 0 is the residency probe's barriers) and bits 16-31
+/// the workgroup whose wait it was (`fail_step` in shaders/persistent.glsl).
+pub fn lost_wait(status: u32, layers: u32) -> String {
+    let site = (status >> 4) & 0xfff;
+    let group = status >> 16;
+    let phase = phases(layers)
+        .get(site as usize)
+        .map(|(label, _)| label.trim_start_matches("token/").to_string())
+        .unwrap_or_else(|| format!("phase {site}"));
+    let what = match (status & 4 != 0, site) {
+        (false, 0) => "a grid barrier of the residency probe".to_string(),
+        (false, _) => format!("the grid barrier before {phase}"),
+        (true, _) => format!("{phase}'s poll for the values it reads from other workgroups"),
+    };
+    format!("workgroup {group}'s wait at {what} ran out")
+}
+
 /// Clocks the kernel writes per step: the start, one per barrier, the end.
 pub fn clocks(layers: u32) -> u32 {
     layers * PHASES_PER_LAYER + 2
@@ -568,6 +587,30 @@ pub fn spin_limit(subgroup: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_wait_names_its_barrier_or_poll_and_workgroup() {
+        // The words fail_step writes: 1, bit 2 for a poll, the clock at bit 4, the group at 16.
+        let word = |poll: u32, site: u32, group: u32| 1 | poll << 2 | site << 4 | group << 16;
+        assert_eq!(
+            lost_wait(word(0, 5, 131), 2),
+            "workgroup 131's wait at the grid barrier before L1.attention ran out"
+        );
+        assert_eq!(
+            lost_wait(word(0, 8, 0), 2),
+            "workgroup 0's wait at the grid barrier before lm_head_argmax ran out"
+        );
+        assert_eq!(
+            lost_wait(word(1, 2, 7), 2),
+            "workgroup 7's wait at L0.attn_merge_o_proj's poll for the values it reads from other \
+             workgroups ran out"
+        );
+        assert_eq!(
+            lost_wait(word(0, 0, 3), 2),
+            "workgroup 3's wait at a grid barrier of the residency probe ran out"
+        );
+        assert!(lost_wait(word(0, 4000, 1), 2).contains("phase 4000"));
+    }
 
     fn shape(heads: u32, kv_heads: u32, head_dim: u32) -> Shape {
         Shape {

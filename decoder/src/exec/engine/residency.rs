@@ -19,8 +19,8 @@ use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
     DeviceCaps, PTRS_PER_LAYER, clock_offsets, clocks, fit_kv_stage, fit_workgroup, layer_ptr_bufs,
-    packed_types, partial_bytes, phase_facts, ptr_table_bytes, push, qkv_bytes, reads_blocks,
-    sync_bytes, unsupported,
+    lost_wait, packed_types, partial_bytes, phase_facts, ptr_table_bytes, push, qkv_bytes,
+    reads_blocks, sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -409,13 +409,12 @@ impl Engine {
             // The barrier words of a step that did not finish are not reset by the kernel.
             self.zero_sync()?;
         }
-        match status {
-            0 => {}
+        match status & 3 {
+            0 if status == 0 => {}
             1 => bail!(
-                "the persistent token kernel lost forward progress: a workgroup's wait (at a grid barrier, or \
-                 for another workgroup's values) ran out, so not all {} workgroups of its grid were resident (is \
-                 another program using the device?); rerun, or \
-                 use --kernels fused",
+                "the persistent token kernel lost forward progress: {}, so not all {} workgroups of its \
+                 grid were resident (is another program using the device?); rerun, or use --kernels fused",
+                lost_wait(status, self.shape.layers),
                 self.tuning.persistent_groups
             ),
             3 => bail!(
@@ -426,9 +425,9 @@ impl Engine {
                  (fewer iterations per invocation)",
                 self.gpu().info().name
             ),
-            w => bail!(
-                "the persistent token kernel did not finish its step (status word {w}): its workgroup 0 stopped \
-                 before writing the tokens; rerun, or use --kernels fused"
+            _ => bail!(
+                "the persistent token kernel did not finish its step (status word {status}): its workgroup 0 \
+                 stopped before writing the tokens; rerun, or use --kernels fused"
             ),
         }
         Ok(())
