@@ -40,23 +40,37 @@ pub fn phases(layers: u32) -> Vec<(String, &'static str)> {
     out
 }
 
-/// Which wait of a step ran out, from the kernel's status word where it says so (bits 0-1 are 1):
-/// bit 2 tells a poll of tagged words from a grid barrier, bits 4-15 the phase clock the wait
-/// comes before (an index into [`phases`]; 0 is the residency probe's barriers) and bits 16-31
-/// the workgroup whose wait it was (`fail_step` in shaders/persistent.glsl).
-pub fn lost_wait(status: u32, layers: u32) -> String {
+/// Which wait of a step ran out and what that says, from the kernel's status word where it says
+/// so (bits 0-1 are 1): bit 2 tells a poll of tagged words from a grid barrier, bits 4-15 the
+/// phase clock the wait comes before (an index into [`phases`]; 0 is the residency probe's
+/// barriers) and bits 16-31 the workgroup whose wait it was (`fail_step` in
+/// shaders/persistent.glsl), on a grid of `groups` workgroups.
+pub fn lost_wait(status: u32, layers: u32, groups: u32) -> String {
     let site = (status >> 4) & 0xfff;
     let group = status >> 16;
     let phase = phases(layers)
         .get(site as usize)
         .map(|(label, _)| label.trim_start_matches("token/").to_string())
         .unwrap_or_else(|| format!("phase {site}"));
-    let what = match (status & 4 != 0, site) {
-        (false, 0) => "a grid barrier of the residency probe".to_string(),
-        (false, _) => format!("the grid barrier before {phase}"),
-        (true, _) => format!("{phase}'s poll for the values it reads from other workgroups"),
+    let resident = format!("not all {groups} workgroups of its grid were resident");
+    let (what, why) = match (status & 4 != 0, site) {
+        (false, 0) => (
+            "a grid barrier of the residency probe".to_string(),
+            format!("{resident} (is another program using the device?)"),
+        ),
+        (false, _) => (
+            format!("the grid barrier before {phase}"),
+            format!("{resident} (is another program using the device?)"),
+        ),
+        // A poll can also wait for a value that no workgroup writes with the step's tag.
+        (true, _) => (
+            format!("{phase}'s poll for the values it reads from other workgroups"),
+            format!(
+                "a value it reads was never written (docs/persistent-kernel.md, \"Known defects\"), or {resident}"
+            ),
+        ),
     };
-    format!("workgroup {group}'s wait at {what} ran out")
+    format!("workgroup {group}'s wait at {what} ran out: {why}")
 }
 
 /// Clocks the kernel writes per step: the start, one per barrier, the end.
@@ -592,24 +606,32 @@ mod tests {
     fn a_lost_wait_names_its_barrier_or_poll_and_workgroup() {
         // The words fail_step writes: 1, bit 2 for a poll, the clock at bit 4, the group at 16.
         let word = |poll: u32, site: u32, group: u32| 1 | poll << 2 | site << 4 | group << 16;
+        let resident = "not all 132 workgroups of its grid were resident";
         assert_eq!(
-            lost_wait(word(0, 5, 131), 2),
-            "workgroup 131's wait at the grid barrier before L1.attention ran out"
+            lost_wait(word(0, 5, 131), 2, 132),
+            format!(
+                "workgroup 131's wait at the grid barrier before L1.attention ran out: {resident} (is \
+                 another program using the device?)"
+            )
+        );
+        assert!(
+            lost_wait(word(0, 8, 0), 2, 132).starts_with(
+                "workgroup 0's wait at the grid barrier before lm_head_argmax ran out"
+            )
         );
         assert_eq!(
-            lost_wait(word(0, 8, 0), 2),
-            "workgroup 0's wait at the grid barrier before lm_head_argmax ran out"
+            lost_wait(word(1, 2, 7), 2, 132),
+            format!(
+                "workgroup 7's wait at L0.attn_merge_o_proj's poll for the values it reads from other \
+                 workgroups ran out: a value it reads was never written (docs/persistent-kernel.md, \
+                 \"Known defects\"), or {resident}"
+            )
         );
-        assert_eq!(
-            lost_wait(word(1, 2, 7), 2),
-            "workgroup 7's wait at L0.attn_merge_o_proj's poll for the values it reads from other \
-             workgroups ran out"
+        assert!(
+            lost_wait(word(0, 0, 3), 2, 132)
+                .starts_with("workgroup 3's wait at a grid barrier of the residency probe ran out")
         );
-        assert_eq!(
-            lost_wait(word(0, 0, 3), 2),
-            "workgroup 3's wait at a grid barrier of the residency probe ran out"
-        );
-        assert!(lost_wait(word(0, 4000, 1), 2).contains("phase 4000"));
+        assert!(lost_wait(word(0, 4000, 1), 2, 132).contains("phase 4000"));
     }
 
     fn shape(heads: u32, kv_heads: u32, head_dim: u32) -> Shape {

@@ -412,10 +412,8 @@ impl Engine {
         match status & 3 {
             0 if status == 0 => {}
             1 => bail!(
-                "the persistent token kernel lost forward progress: {}, so not all {} workgroups of its \
-                 grid were resident (is another program using the device?); rerun, or use --kernels fused",
-                lost_wait(status, self.shape.layers),
-                self.tuning.persistent_groups
+                "the persistent token kernel lost forward progress: {}; rerun, or use --kernels fused",
+                lost_wait(status, self.shape.layers, self.tuning.persistent_groups)
             ),
             3 => bail!(
                 "the persistent token kernel's step was cut short on {}: a subgroup's loops stopped before the \
