@@ -53,22 +53,19 @@ pub fn lost_wait(status: u32, layers: u32, groups: u32) -> String {
         .map(|(label, _)| label.trim_start_matches("token/").to_string())
         .unwrap_or_else(|| format!("phase {site}"));
     let resident = format!("not all {groups} workgroups of its grid were resident");
-    let (what, why) = match (status & 4 != 0, site) {
-        (false, 0) => (
-            "a grid barrier of the residency probe".to_string(),
-            format!("{resident} (is another program using the device?)"),
-        ),
-        (false, _) => (
-            format!("the grid barrier before {phase}"),
-            format!("{resident} (is another program using the device?)"),
-        ),
-        // A poll can also wait for a value that no workgroup writes with the step's tag.
-        (true, _) => (
-            format!("{phase}'s poll for the values it reads from other workgroups"),
-            format!(
-                "a value it reads was never written (docs/persistent-kernel.md, \"Known defects\"), or {resident}"
-            ),
-        ),
+    let poll = status & 4 != 0;
+    let what = match (poll, site) {
+        (true, _) => format!("{phase}'s poll for the values it reads from other workgroups"),
+        (false, 0) => "a grid barrier of the residency probe".to_string(),
+        (false, _) => format!("the grid barrier before {phase}"),
+    };
+    // A poll can also wait for a value that no workgroup writes with the step's tag.
+    let why = if poll {
+        format!(
+            "a value it reads was never written (docs/persistent-kernel.md, \"Known defects\"), or {resident}"
+        )
+    } else {
+        format!("{resident} (is another program using the device?)")
     };
     format!("workgroup {group}'s wait at {what} ran out: {why}")
 }
