@@ -59,15 +59,61 @@ pub fn lost_wait(status: u32, layers: u32, groups: u32) -> String {
         (false, 0) => "a grid barrier of the residency probe".to_string(),
         (false, _) => format!("the grid barrier before {phase}"),
     };
-    // A poll can also wait for a value that no workgroup writes with the step's tag.
+    // A poll can also wait for a value that no workgroup writes with the step's tag, or meet the
+    // K-quants' kernel's defect, whose polls run out on words that carry it.
     let why = if poll {
         format!(
-            "a value it reads was never written (docs/persistent-kernel.md, \"Known defects\"), or {resident}"
+            "{resident}, a value it reads was never written with the step's tag, or the kernel's known \
+             defect at 512 invocations and more (docs/persistent-kernel.md, \"Known defects\")"
         )
     } else {
         format!("{resident} (is another program using the device?)")
     };
     format!("workgroup {group}'s wait at {what} ran out: {why}")
+}
+
+/// The phase clock (bits 4-15 of a status word) of layer `l`'s attention phase, whose poll reads
+/// the QKV phase's tagged words.
+pub fn attention_site(l: u32) -> u32 {
+    PHASES_PER_LAYER * l + 1
+}
+
+/// What the QKV words a lost poll of layer `layer`'s attention read (`words`, the step's tagged
+/// words, read back after the step) say about their writers: a word written in this step at that
+/// layer or a later one carries `ll_tag` of shaders/persistent.glsl, the step's epoch x layers +
+/// the layer + 1 (never 0), and any other tag is an earlier step's.
+pub fn polled_words(words: &[u64], epoch: u32, layers: u32, layer: u32, qkv_rows: u32) -> String {
+    let tag = |l: u32| match epoch.wrapping_mul(layers).wrapping_add(l + 1) {
+        0 => 1,
+        t => t,
+    };
+    let want = tag(layer);
+    let later = layers.saturating_sub(layer);
+    let stale: Vec<usize> = words
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| ((**w >> 32) as u32).wrapping_sub(want) >= later)
+        .map(|(i, _)| i)
+        .collect();
+    match stale.first() {
+        None => format!(
+            "read back after the step, all {} of its QKV words carry the step's tag: they were \
+             written, and the poll ran out reading them",
+            words.len()
+        ),
+        Some(&i) => {
+            let row = qkv_rows.max(1) as usize;
+            format!(
+                "read back after the step, {} of its {} QKV words lack the step's tag (the first: row \
+                 {}'s element {} of {}): their writers had not written them",
+                stale.len(),
+                words.len(),
+                i / row,
+                i % row,
+                row
+            )
+        }
+    }
 }
 
 /// Clocks the kernel writes per step: the start, one per barrier, the end.
@@ -600,6 +646,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lost_polls_words_say_whether_their_writers_wrote_them() {
+        // ll_tag: epoch x layers + layer + 1, in the high half of each word.
+        let word = |tag: u32, value: f32| (tag as u64) << 32 | value.to_bits() as u64;
+        let (epoch, layers) = (5, 4);
+        let mut words: Vec<u64> = (0..12).map(|i| word(5 * 4 + 1 + 1, i as f32)).collect();
+        assert!(
+            polled_words(&words, epoch, layers, 1, 6)
+                .starts_with("read back after the step, all 12")
+        );
+        // A later layer of the same step overwrote one: still written this step.
+        words[3] = word(5 * 4 + 3 + 1, 1.0);
+        assert!(polled_words(&words, epoch, layers, 1, 6).contains("all 12"));
+        // An earlier layer's tag and an earlier step's are not.
+        words[7] = word(5 * 4 + 1, 1.0);
+        words[9] = word(4 * 4 + 2 + 1, 1.0);
+        assert_eq!(
+            polled_words(&words, epoch, layers, 1, 6),
+            "read back after the step, 2 of its 12 QKV words lack the step's tag (the first: row 1's \
+             element 1 of 6): their writers had not written them"
+        );
+        // Never written at all: tag 0. The tag that wraps to 0 is 1.
+        assert!(polled_words(&[0], epoch, layers, 0, 1).contains("1 of its 1"));
+        assert!(polled_words(&[word(1, 0.0)], u32::MAX, 1, 0, 1).contains("all 1"));
+    }
+
+    #[test]
     fn a_lost_wait_names_its_barrier_or_poll_and_workgroup() {
         // The words fail_step writes: 1, bit 2 for a poll, the clock at bit 4, the group at 16.
         let word = |poll: u32, site: u32, group: u32| 1 | poll << 2 | site << 4 | group << 16;
@@ -620,10 +692,12 @@ mod tests {
             lost_wait(word(1, 2, 7), 2, 132),
             format!(
                 "workgroup 7's wait at L0.attn_merge_o_proj's poll for the values it reads from other \
-                 workgroups ran out: a value it reads was never written (docs/persistent-kernel.md, \
-                 \"Known defects\"), or {resident}"
+                 workgroups ran out: {resident}, a value it reads was never written with the step's \
+                 tag, or the kernel's known defect at 512 invocations and more \
+                 (docs/persistent-kernel.md, \"Known defects\")"
             )
         );
+        assert_eq!(word(1, attention_site(1), 4) >> 4 & 0xfff, 5);
         assert!(
             lost_wait(word(0, 0, 3), 2, 132)
                 .starts_with("workgroup 3's wait at a grid barrier of the residency probe ran out")

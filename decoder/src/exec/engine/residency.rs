@@ -18,9 +18,10 @@ use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    DeviceCaps, PTRS_PER_LAYER, clock_offsets, clocks, fit_kv_stage, fit_workgroup, layer_ptr_bufs,
-    lost_wait, packed_types, partial_bytes, phase_facts, ptr_table_bytes, push, qkv_bytes,
-    reads_blocks, sync_bytes, unsupported,
+    DeviceCaps, PHASES_PER_LAYER, PTRS_PER_LAYER, attention_site, clock_offsets, clocks,
+    fit_kv_stage, fit_workgroup, layer_ptr_bufs, lost_wait, packed_types, partial_bytes,
+    phase_facts, polled_words, ptr_table_bytes, push, qkv_bytes, reads_blocks, sync_bytes,
+    unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -393,6 +394,42 @@ impl Engine {
         Ok(self.read_u32s(Buf::ArgmaxOut, status_at, 1)?[0] == 0)
     }
 
+    /// Where a step's status word names a lost poll of an attention phase: what the step's QKV
+    /// words, read back, say about their writers ([`polled_words`]).
+    fn polled_qkv_words(&mut self, status: u32, rows: u32) -> anyhow::Result<Option<String>> {
+        let site = (status >> 4) & 0xfff;
+        let layer = site / PHASES_PER_LAYER;
+        if status & 4 == 0 || layer >= self.shape.layers || site != attention_site(layer) {
+            return Ok(None);
+        }
+        let (Some(sync), Some(qkv)) = (
+            self.bufs.get(&Buf::GridSync),
+            self.bufs.get(&Buf::TaggedQkv),
+        ) else {
+            bail!("internal: the persistent kernel's sync or QKV buffer is missing");
+        };
+        // Word 3 of the sync buffer, the epoch, is the step's: a failed step does not advance it.
+        let mut epoch = [0u8; 4];
+        self.rec
+            .download(sync, 12, &mut epoch)
+            .context("reading back the persistent kernel's epoch after a lost wait")?;
+        let mut bytes = vec![0u8; qkv_bytes(&self.shape, rows as u64) as usize];
+        self.rec
+            .download(qkv, 0, &mut bytes)
+            .context("reading back the persistent kernel's QKV words after a lost wait")?;
+        let words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        Ok(Some(polled_words(
+            &words,
+            u32::from_le_bytes(epoch),
+            self.shape.layers,
+            layer,
+            self.shape.qkv_rows(),
+        )))
+    }
+
     /// After a decode step of the persistent kernel over `rows` rows: an error when a grid
     /// barrier's wait ran out.
     pub(super) fn check_persistent_status(
@@ -411,10 +448,15 @@ impl Engine {
         }
         match status & 3 {
             0 if status == 0 => {}
-            1 => bail!(
-                "the persistent token kernel lost forward progress: {}; rerun, or use --kernels fused",
-                lost_wait(status, self.shape.layers, self.tuning.persistent_groups)
-            ),
+            1 => {
+                let mut wait = lost_wait(status, self.shape.layers, self.tuning.persistent_groups);
+                if let Some(words) = self.polled_qkv_words(status, rows)? {
+                    wait = format!("{wait}; {words}");
+                }
+                bail!(
+                    "the persistent token kernel lost forward progress: {wait}; rerun, or use --kernels fused"
+                )
+            }
             3 => bail!(
                 "the persistent token kernel's step was cut short on {}: a subgroup's loops stopped before the \
                  end of the step. lavapipe (llvmpipe) ends every loop of a shader invocation once its loops \
