@@ -72,10 +72,12 @@ pub fn lost_wait(status: u32, layers: u32, groups: u32) -> String {
     format!("workgroup {group}'s wait at {what} ran out: {why}")
 }
 
-/// The phase clock (bits 4-15 of a status word) of layer `l`'s attention phase, whose poll reads
-/// the QKV phase's tagged words.
-pub fn attention_site(l: u32) -> u32 {
-    PHASES_PER_LAYER * l + 1
+/// The layer whose attention phase's poll a lost-wait status word names (its bit 2 set and its
+/// phase clock, bits 4-15, that attention's): the poll that reads the QKV phase's tagged words.
+pub fn lost_attention_poll(status: u32, layers: u32) -> Option<u32> {
+    let site = (status >> 4) & 0xfff;
+    let layer = site / PHASES_PER_LAYER;
+    (status & 4 != 0 && layer < layers && site == PHASES_PER_LAYER * layer + 1).then_some(layer)
 }
 
 /// What the QKV words a lost poll of layer `layer`'s attention read (`words`, the step's tagged
@@ -83,30 +85,24 @@ pub fn attention_site(l: u32) -> u32 {
 /// layer or a later one carries `ll_tag` of shaders/persistent.glsl, the step's epoch x layers +
 /// the layer + 1 (never 0), and any other tag is an earlier step's.
 pub fn polled_words(words: &[u64], epoch: u32, layers: u32, layer: u32, qkv_rows: u32) -> String {
-    let tag = |l: u32| match epoch.wrapping_mul(layers).wrapping_add(l + 1) {
+    let want = match epoch.wrapping_mul(layers).wrapping_add(layer + 1) {
         0 => 1,
         t => t,
     };
-    let want = tag(layer);
     let later = layers.saturating_sub(layer);
-    let stale: Vec<usize> = words
-        .iter()
-        .enumerate()
-        .filter(|(_, w)| ((**w >> 32) as u32).wrapping_sub(want) >= later)
-        .map(|(i, _)| i)
-        .collect();
-    match stale.first() {
+    let stale = |w: &u64| ((w >> 32) as u32).wrapping_sub(want) >= later;
+    match words.iter().position(stale) {
         None => format!(
             "read back after the step, all {} of its QKV words carry the step's tag: they were \
              written, and the poll ran out reading them",
             words.len()
         ),
-        Some(&i) => {
+        Some(i) => {
             let row = qkv_rows.max(1) as usize;
             format!(
                 "read back after the step, {} of its {} QKV words lack the step's tag (the first: row \
                  {}'s element {} of {}): their writers had not written them",
-                stale.len(),
+                words.iter().filter(|w| stale(w)).count(),
                 words.len(),
                 i / row,
                 i % row,
@@ -697,7 +693,11 @@ mod tests {
                  (docs/persistent-kernel.md, \"Known defects\")"
             )
         );
-        assert_eq!(word(1, attention_site(1), 4) >> 4 & 0xfff, 5);
+        // Layer 1's attention poll (clock 5); its merge's poll (6) and a barrier there are not.
+        assert_eq!(lost_attention_poll(word(1, 5, 4), 2), Some(1));
+        assert_eq!(lost_attention_poll(word(1, 6, 4), 2), None);
+        assert_eq!(lost_attention_poll(word(0, 5, 4), 2), None);
+        assert_eq!(lost_attention_poll(word(1, 9, 4), 2), None);
         assert!(
             lost_wait(word(0, 0, 3), 2, 132)
                 .starts_with("workgroup 3's wait at a grid barrier of the residency probe ran out")

@@ -18,10 +18,9 @@ use super::Timestamps;
 use crate::exec::kernels::RowParams;
 use crate::exec::knobs::Kernels;
 use crate::exec::persistent::{
-    DeviceCaps, PHASES_PER_LAYER, PTRS_PER_LAYER, attention_site, clock_offsets, clocks,
-    fit_kv_stage, fit_workgroup, layer_ptr_bufs, lost_wait, packed_types, partial_bytes,
-    phase_facts, polled_words, ptr_table_bytes, push, qkv_bytes, reads_blocks, sync_bytes,
-    unsupported,
+    DeviceCaps, PTRS_PER_LAYER, clock_offsets, clocks, fit_kv_stage, fit_workgroup, layer_ptr_bufs,
+    lost_attention_poll, lost_wait, packed_types, partial_bytes, phase_facts, polled_words,
+    ptr_table_bytes, push, qkv_bytes, reads_blocks, sync_bytes, unsupported,
 };
 use crate::exec::program::{Buf, Step, StepKind};
 use crate::vk::{BufferDesc, Queue, SetLifetime};
@@ -397,11 +396,9 @@ impl Engine {
     /// Where a step's status word names a lost poll of an attention phase: what the step's QKV
     /// words, read back, say about their writers ([`polled_words`]).
     fn polled_qkv_words(&mut self, status: u32, rows: u32) -> anyhow::Result<Option<String>> {
-        let site = (status >> 4) & 0xfff;
-        let layer = site / PHASES_PER_LAYER;
-        if status & 4 == 0 || layer >= self.shape.layers || site != attention_site(layer) {
+        let Some(layer) = lost_attention_poll(status, self.shape.layers) else {
             return Ok(None);
-        }
+        };
         let (Some(sync), Some(qkv)) = (
             self.bufs.get(&Buf::GridSync),
             self.bufs.get(&Buf::TaggedQkv),
