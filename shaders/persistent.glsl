@@ -1196,7 +1196,11 @@ void phase_attention(uint l) {
             knew[k] = vec4(0.0);
         }
         // Polled until every word carries this layer's tag (the QKV phase of other workgroups
-        // may still be writing them).
+        // may still be writing them). Each lane polls its own words, with no vote of the
+        // subgroup in the loop: on the NVIDIA driver, a loop that went on while the subgroup's
+        // minimum of `ok` was 0 ran out its polls in kernels of 512 and 1024 invocations with
+        // every lane reading every word tagged (docs/persistent-kernel.md, "Tagged words in
+        // wide workgroups"). The lanes meet again at the subgroup barrier below.
         uint spins = 0u;
         bool ok;
         do {
@@ -1214,7 +1218,6 @@ void phase_attention(uint l) {
                     vnew[k] = qkv_get4(vsrc + 4u * v, tag, ok);
                 }
             }
-            ok = subgroupMin(ok ? 1u : 0u) == 1u;
         } while (!ok && ll_again(spins, PHASES_PER_LAYER * l + 1u));
         if (l > 0u && u == first_u) phase_clock(PHASES_PER_LAYER * l + 1u);
         // This subgroup's query heads go to its part of xs (every lane reads them whole when it

@@ -137,17 +137,23 @@ fn head_groups_match_the_reference_on_each_kv_layout() {
     }
 }
 
-/// The Q8_0 kernel in workgroups of 1024, as a GPU runs a Q8_0 model at short contexts, on tiny
-/// exported by `decoder export-gguf --dtype q8_0` (its matrices stay in their blocks).
+/// The kernels that a GPU runs in workgroups of 1024 at short contexts (`Tuning::for_weights`),
+/// at that size: tiny exported by `decoder export-gguf --dtype q8_0` and `--dtype q4_0` (their
+/// matrices stay in their blocks; Q4_0's lm_head is Q6_K, as llama-quantize writes it).
 #[test]
-fn q8_0_kernel_in_workgroups_of_1024_matches_the_reference() {
+fn wide_workgroup_kernels_match_the_reference() {
     use decoder::gguf::export::{ExportDtype, export_gguf};
     let tmp = tempfile::tempdir().unwrap();
     let dir = decoder::model::resolve_model("tiny").unwrap();
-    let file = tmp.path().join("tiny-q8_0.gguf");
-    export_gguf(&dir, &file, ExportDtype::Q8_0).unwrap();
-    let name = file.display().to_string();
-    let types = decoder::exec::program::WeightTypes::of(&load_model(&name).unwrap().weights);
-    assert_eq!(types.describe(), "q8_0", "every matrix Q8_0");
-    check_model(&name, 200, &[], "persistent_wg=1024");
+    for (dtype, types) in [
+        (ExportDtype::Q8_0, "q8_0"),
+        (ExportDtype::Q4_0, "q4_0+q6_k"),
+    ] {
+        let file = tmp.path().join(format!("tiny-{types}.gguf"));
+        export_gguf(&dir, &file, dtype).unwrap();
+        let name = file.display().to_string();
+        let w = decoder::exec::program::WeightTypes::of(&load_model(&name).unwrap().weights);
+        assert_eq!(w.describe(), types, "the weight types of {name}");
+        check_model(&name, 200, &[], "persistent_wg=1024");
+    }
 }

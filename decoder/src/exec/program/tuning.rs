@@ -321,24 +321,27 @@ pub struct Tuning {
     pub phase_clocks: bool,
 }
 
-/// KV capacities (positions) up to which a GPU runs the persistent kernel of a model whose every
-/// matrix is Q8_0 in workgroups of 1024 invocations ([`Tuning::for_weights`]).
-pub const WIDE_Q8_0_MAX_SEQ: u32 = 6144;
+/// KV capacities (positions) up to which a GPU runs the persistent kernel of a model whose
+/// matrices are all Q8_0, or all Q4_0 with a Q6_K lm_head, in workgroups of 1024 invocations
+/// ([`Tuning::for_weights`]).
+pub const WIDE_MAX_SEQ: u32 = 6144;
 
 impl Tuning {
     /// The persistent kernel's workgroup for weights of types `w` and a KV capacity of `max_seq`
     /// positions: on a GPU ([`Tuning::for_device`]'s branch for subgroups of 32 lanes or more,
-    /// 256 otherwise), 1024 for a model whose every matrix is Q8_0 up to [`WIDE_Q8_0_MAX_SEQ`]
-    /// positions. The driver then gives the kernel 128 registers instead of about 250, and the
-    /// row matvecs, with four times the subgroups of a compute unit in flight, read faster than
-    /// the attention slows. Measured on an H200
-    /// (qwen3-0.6b at Q8_0, tokens/s at 256 and 1024): 907 and 1132 at 512 positions, 930 and 1007
-    /// at 2048, 859 and 919 at 4096, 745 and 694 at 8192, 621 and 564 at 16K. The f16 kernel (1451
-    /// and 1100 at 512) and the K-quants' keep 256 (docs/persistent-kernel.md, row 108). A
-    /// `persistent_wg` override replaces this.
+    /// 256 otherwise), 1024 up to [`WIDE_MAX_SEQ`] positions for a model whose every matrix
+    /// is Q8_0, or every matrix Q4_0 but a Q6_K lm_head (as `llama-quantize` writes Q4_0). The
+    /// driver then gives the kernel 128 registers instead of about 250, and the row matvecs,
+    /// with four times the subgroups of a compute unit in flight, read faster than the attention
+    /// slows. Measured on H200s (qwen3-0.6b, tokens/s at 256 and 1024): Q8_0 907 and 1132 at 512
+    /// positions, 930 and 1007 at 2048, 859 and 919 at 4096, 745 and 694 at 8192, 621 and 564 at
+    /// 16K; Q4_0 691 and 834 at 512, 423 and 424 at 16K. The f16 kernel (1451 and 1100 at 512)
+    /// and the K-quants' (886 and 889 at 512) keep 256 (docs/persistent-kernel.md, rows 108 and
+    /// 109). A `persistent_wg` override replaces this.
     pub fn for_weights(mut self, w: &WeightTypes, max_seq: u32) -> Tuning {
-        if self.subgroup >= 32 && w.distinct() == [WeightType::Q8_0] && max_seq <= WIDE_Q8_0_MAX_SEQ
-        {
+        use WeightType::{Q4_0, Q6K, Q8_0};
+        let wide = matches!(w.distinct()[..], [Q8_0] | [Q4_0] | [Q4_0, Q6K]);
+        if self.subgroup >= 32 && wide && max_seq <= WIDE_MAX_SEQ {
             self.persistent_wg = 1024;
         }
         self
@@ -472,7 +475,7 @@ mod tests {
     }
 
     #[test]
-    fn a_q8_0_model_runs_the_persistent_kernel_wide_on_a_gpu_at_short_contexts() {
+    fn q8_0_and_q4_0_models_run_the_persistent_kernel_wide_on_a_gpu_at_short_contexts() {
         use crate::exec::program::LayerTypes;
         let types = |t: WeightType| WeightTypes {
             embed: t,
@@ -494,14 +497,25 @@ mod tests {
         let q8 = types(WeightType::Q8_0);
         assert_eq!(gpu(768).for_weights(&q8, 768).persistent_wg, 1024);
         assert_eq!(
-            gpu(WIDE_Q8_0_MAX_SEQ)
-                .for_weights(&q8, WIDE_Q8_0_MAX_SEQ)
+            gpu(WIDE_MAX_SEQ)
+                .for_weights(&q8, WIDE_MAX_SEQ)
                 .persistent_wg,
             1024
         );
-        let long = WIDE_Q8_0_MAX_SEQ + 1;
+        let long = WIDE_MAX_SEQ + 1;
         assert_eq!(gpu(long).for_weights(&q8, long).persistent_wg, 256);
-        for t in [WeightType::F16, WeightType::Q4K, WeightType::Q4_0] {
+        // Q4_0 as llama-quantize writes it (a Q6_K lm_head), and all Q4_0.
+        let mut q4_0 = types(WeightType::Q4_0);
+        assert_eq!(gpu(768).for_weights(&q4_0, 768).persistent_wg, 1024);
+        q4_0.lm_head = WeightType::Q6K;
+        assert_eq!(gpu(768).for_weights(&q4_0, 768).persistent_wg, 1024);
+        assert_eq!(gpu(long).for_weights(&q4_0, long).persistent_wg, 256);
+        for t in [
+            WeightType::F16,
+            WeightType::Q4K,
+            WeightType::Q4_1,
+            WeightType::Q6K,
+        ] {
             assert_eq!(gpu(768).for_weights(&types(t), 768).persistent_wg, 256);
         }
         // A Q8_0 model with one matrix of another type keeps 256, and so does a CPU driver.
