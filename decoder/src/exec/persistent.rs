@@ -59,12 +59,14 @@ pub fn lost_wait(status: u32, layers: u32, groups: u32) -> String {
         (false, 0) => "a grid barrier of the residency probe".to_string(),
         (false, _) => format!("the grid barrier before {phase}"),
     };
-    // A poll can also wait for a value that no workgroup writes with the step's tag, or meet the
-    // K-quants' kernel's defect, whose polls run out on words that carry it.
+    // A poll can also wait for a value that no workgroup writes with the step's tag, or run out
+    // on words that carry it, as the attention's did on the NVIDIA driver while its subgroup
+    // voted in the loop.
     let why = if poll {
         format!(
-            "{resident}, a value it reads was never written with the step's tag, or the kernel's known \
-             defect at 512 invocations and more (docs/persistent-kernel.md, \"Known defects\")"
+            "{resident}, a value it reads was never written with the step's tag, or the compiled \
+             poll does not see what it reads (docs/persistent-kernel.md, \"Tagged words in wide \
+             workgroups\")"
         )
     } else {
         format!("{resident} (is another program using the device?)")
@@ -689,8 +691,8 @@ mod tests {
             format!(
                 "workgroup 7's wait at L0.attn_merge_o_proj's poll for the values it reads from other \
                  workgroups ran out: {resident}, a value it reads was never written with the step's \
-                 tag, or the kernel's known defect at 512 invocations and more \
-                 (docs/persistent-kernel.md, \"Known defects\")"
+                 tag, or the compiled poll does not see what it reads (docs/persistent-kernel.md, \
+                 \"Tagged words in wide workgroups\")"
             )
         );
         // Layer 1's attention poll (clock 5); its merge's poll (6) and a barrier there are not.

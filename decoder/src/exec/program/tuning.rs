@@ -31,7 +31,7 @@ fn pow2_32_to_1024(v: u32) -> bool {
 pub const TUNING_KEYS: [TuningKey; 14] = [
     TuningKey {
         name: "persistent_wg",
-        default: "256 (1024 for Q8_0 up to 6144 positions) / 64",
+        default: "256 (1024 for Q8_0 and Q4_0 up to 6144 positions) / 64",
         range: "power of two, 32 to 1024",
         meaning: "the kernel's workgroup size (halved where shared memory is short)",
         accepts: pow2_32_to_1024,
