@@ -310,6 +310,14 @@ fn unsupported_inputs_are_named() {
     g.kv("llama.rope.scaling.type", string("yarn"));
     assert_import_fails(&g, &["yarn"]);
 
+    // More layers than the file holds, fast: no name is built for each of two billion layers.
+    let mut g = base.clone();
+    g.kv("llama.block_count", Value::U32(2_000_000_000));
+    assert_import_fails(
+        &g,
+        &["llama.block_count is 2000000000", "tensors of 2 layers"],
+    );
+
     let mut g = base;
     g.kv("llama.block_count", string("two"));
     assert_import_fails(&g, &["llama.block_count", "string"]);

@@ -297,3 +297,33 @@ fn a_fifo_is_refused_without_waiting_for_a_writer() {
         .expect_err("a FIFO is not a GGUF file");
     assert!(msg.contains("model.gguf") && msg.contains("FIFO"), "{msg}");
 }
+
+#[test]
+fn a_tensor_whose_type_or_shape_does_not_match_its_bytes_is_refused() {
+    // 64 f32 values declared F16 (the bytes of 128 values): read as written, every element
+    // after the 32nd would come from the wrong bytes, and the next tensor would start inside it.
+    let values: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    for (ggml_type, dims) in [(1u32, [64u64, 1]), (0, [32, 1])] {
+        let mut b = GgufBuilder::default();
+        b.tensor("wrong", &dims, ggml_type, f32_bytes(&values));
+        b.tensor("next", &[4], 0, f32_bytes(&[1.0, 2.0, 3.0, 4.0]));
+        let (msg, err) = open_err(&b.to_bytes());
+        assert!(matches!(err, GgufError::Malformed { .. }), "{err:?}");
+        assert!(
+            msg.contains("damaged-model.gguf")
+                && msg.contains("\"next\"")
+                && msg.contains("\"wrong\"")
+                && msg.contains("starts at offset 256")
+                && msg.contains("does not match the bytes written"),
+            "{msg}"
+        );
+    }
+    // The same bytes declared as what they are open.
+    let mut b = GgufBuilder::default();
+    b.tensor("right", &[64, 1], 0, f32_bytes(&values));
+    b.tensor("next", &[4], 0, f32_bytes(&[1.0, 2.0, 3.0, 4.0]));
+    let dir = temp_dir();
+    let path = dir.path().join("right.gguf");
+    b.write(&path);
+    assert!(GgufFile::open(&path).is_ok());
+}

@@ -435,6 +435,7 @@ impl GgufFile {
         }
 
         let data_start = src.pos.div_ceil(alignment) * alignment;
+        check_layout(&tensors, alignment).map_err(|what| src.malformed(what))?;
         for t in &tensors {
             // Types whose block layout is unknown are skipped here; reading them fails later
             // with a message that names the type.
@@ -548,6 +549,48 @@ impl GgufFile {
         })?;
         Ok(buf)
     }
+}
+
+/// Checks that the tensors' data lie one after the other in the order of their infos, each
+/// padded to `alignment`, as llama.cpp's reader requires (`gguf_init_from_file`): a tensor whose
+/// type or shape does not match the bytes written would otherwise be read from the wrong bytes,
+/// a silent wrong answer. Stops at the first tensor whose byte size is unknown (its type has no
+/// block layout here; reading it fails with a message that names the type).
+fn check_layout(tensors: &[TensorInfo], alignment: u64) -> Result<(), String> {
+    let mut expected = 0u64;
+    let mut prev: Option<&TensorInfo> = None;
+    for t in tensors {
+        if t.offset != expected {
+            let after = match prev {
+                Some(p) => format!(
+                    "tensor {:?} ({}, dims {:?}) before it ends, padded to the alignment {alignment}, \
+                     at {expected}",
+                    p.name, p.ggml_type, p.dims
+                ),
+                None => "the first tensor's data start at 0".to_string(),
+            };
+            return Err(format!(
+                "tensor {:?} ({}, dims {:?}) starts at offset {} of the data section, but {after}: \
+                 a type or shape does not match the bytes written (llama.cpp rejects this file \
+                 too); re-export or re-quantize the model",
+                t.name, t.ggml_type, t.dims, t.offset
+            ));
+        }
+        let Some(len) = t.bytes_len() else {
+            return Ok(());
+        };
+        expected = len
+            .checked_next_multiple_of(alignment)
+            .and_then(|l| expected.checked_add(l))
+            .ok_or_else(|| {
+                format!(
+                    "tensor {:?} ({} bytes) overflows the data section",
+                    t.name, len
+                )
+            })?;
+        prev = Some(t);
+    }
+    Ok(())
 }
 
 /// A byte source that knows its file name and position, so every error says where it happened.

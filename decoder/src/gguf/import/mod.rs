@@ -170,6 +170,17 @@ pub enum ImportError {
     #[error("{}: tensor {tensor} is missing; the file is incomplete", path.display())]
     MissingTensor { path: PathBuf, tensor: String },
     #[error(
+        "{}: {key} is {n_layers}, but the file holds the tensors of {present} layers (blk.N with \
+         N below {present}); the metadata does not match the file",
+        path.display()
+    )]
+    LayerCount {
+        path: PathBuf,
+        key: String,
+        n_layers: u64,
+        present: u64,
+    },
+    #[error(
         "{}: tensor {tensor} has shape {found:?}, but the metadata implies {expected:?}",
         path.display()
     )]
@@ -442,7 +453,7 @@ fn plan_tensors(gguf: &GgufFile, hp: &Hparams) -> Result<Vec<Planned>, ImportErr
         });
     }
 
-    let mut required = vec![
+    let required = vec![
         "token_embd.weight".to_string(),
         "output_norm.weight".to_string(),
     ];
@@ -460,10 +471,37 @@ fn plan_tensors(gguf: &GgufFile, hp: &Hparams) -> Result<Vec<Planned>, ImportErr
     if hp.arch == Arch::Qwen3 {
         per_layer.extend(["attn_q_norm", "attn_k_norm"]);
     }
-    for l in 0..hp.n_layers {
-        required.extend(per_layer.iter().map(|t| format!("blk.{l}.{t}.weight")));
+    // Every tensor named a layer below block_count (checked above): the layers present are
+    // those up to the highest one named.
+    let present = gguf
+        .tensors()
+        .iter()
+        .filter_map(|t| {
+            t.name
+                .strip_prefix("blk.")?
+                .split_once('.')?
+                .0
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |l| l + 1);
+    if present < hp.n_layers {
+        return Err(ImportError::LayerCount {
+            path: path.to_path_buf(),
+            key: format!("{}.block_count", hp.arch.key()),
+            n_layers: hp.n_layers,
+            present,
+        });
     }
-    if let Some(missing) = required.into_iter().find(|n| gguf.tensor(n).is_none()) {
+    // Lazily: a block_count of billions must not build billions of names first.
+    let layers =
+        (0..hp.n_layers).flat_map(|l| per_layer.iter().map(move |t| format!("blk.{l}.{t}.weight")));
+    if let Some(missing) = required
+        .into_iter()
+        .chain(layers)
+        .find(|n| gguf.tensor(n).is_none())
+    {
         return Err(ImportError::MissingTensor {
             path: path.to_path_buf(),
             tensor: missing,
