@@ -157,6 +157,47 @@ fn truncated_file_names_the_cut_tensor_and_file() {
     assert_names(&err, &["model.safetensors", "truncated"]);
 }
 
+/// Rewrites the JSON header of `path` (a safetensors file) with `edit`, keeping its data.
+fn edit_header(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    edit(&mut header);
+    let h = serde_json::to_vec(&header).unwrap();
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn a_header_whose_dtype_shape_or_offsets_disagree_names_the_tensor() {
+    const NORM: &str = "model.layers.2.input_layernorm.weight";
+    let norm = NORM;
+    // A dtype of another size than the bytes written, a shape of other elements, offsets that
+    // overlap the next tensor's: each names the tensor and what disagrees.
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit); 3] = [
+        ("F32 of shape [256], 1024 bytes", |h| {
+            h[NORM]["dtype"] = "F32".into()
+        }),
+        ("BF16 of shape [128], 256 bytes", |h| {
+            h[NORM]["shape"] = serde_json::json!([128])
+        }),
+        ("must follow one another", |h| {
+            let mut o = h[NORM]["data_offsets"].clone();
+            o[0] = (o[0].as_u64().unwrap() + 2).into();
+            o[1] = (o[1].as_u64().unwrap() + 2).into();
+            h[NORM]["data_offsets"] = o;
+        }),
+    ];
+    for (what, edit) in edits {
+        let (_t, dir) = tiny();
+        edit_header(&dir.join("model.safetensors"), edit);
+        assert_names(&load_error(&dir), &[norm, "model.safetensors", what]);
+    }
+}
+
 #[test]
 fn malformed_json_names_the_file() {
     for file in [

@@ -33,6 +33,77 @@ pub struct SafetensorsFile {
     metadata: Metadata,
 }
 
+/// Bytes per element of a safetensors dtype name (`None` for one this reader does not know).
+fn dtype_bytes(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "F64" | "I64" | "U64" => 8,
+        "F32" | "I32" | "U32" => 4,
+        "F16" | "BF16" | "I16" | "U16" => 2,
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" => 1,
+        _ => return None,
+    })
+}
+
+/// Which tensor a header that the `safetensors` crate refuses as "invalid shape, data type, or
+/// offset" is wrong about, by the crate's rules: each tensor's `data_offsets` hold exactly its
+/// shape's elements of its dtype, and the tensors' data follow one another from byte 0 without
+/// gaps. `None` when the header is not that kind of wrong (the crate's own message is then the
+/// clearer one).
+fn explain_layout(header: &[u8]) -> Option<String> {
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(header).ok()?;
+    let mut spans = Vec::new();
+    for (name, v) in map.iter().filter(|(k, _)| *k != "__metadata__") {
+        let dtype = v.get("dtype")?.as_str()?;
+        let shape: Option<Vec<u64>> = v
+            .get("shape")?
+            .as_array()?
+            .iter()
+            .map(|d| d.as_u64())
+            .collect();
+        let offsets: Option<Vec<u64>> = v
+            .get("data_offsets")?
+            .as_array()?
+            .iter()
+            .map(|d| d.as_u64())
+            .collect();
+        let (shape, offsets) = (shape?, offsets?);
+        let [begin, end] = offsets[..] else {
+            return None;
+        };
+        let per = dtype_bytes(dtype)?;
+        let bytes = shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(per));
+        if end < begin || bytes != Some(end - begin) {
+            let size = bytes.map_or("more bytes than fit in 64 bits".into(), |b| {
+                format!("{b} bytes")
+            });
+            return Some(format!(
+                "tensor {name:?} is {dtype} of shape {shape:?}, {size}, but its data_offsets \
+                 [{begin}, {end}] hold {} bytes",
+                end.saturating_sub(begin)
+            ));
+        }
+        spans.push((begin, end, name.as_str()));
+    }
+    spans.sort();
+    let mut at = (0u64, None::<&str>);
+    for (begin, end, name) in spans {
+        if begin != at.0 {
+            let before = at.1.map_or("the data section starts at 0".into(), |p| {
+                format!("tensor {p:?} before it ends at {}", at.0)
+            });
+            return Some(format!(
+                "tensor {name:?}'s data start at byte {begin}, but {before}: the tensors' data \
+                 must follow one another without gaps or overlaps"
+            ));
+        }
+        at = (end, Some(name));
+    }
+    None
+}
+
 impl SafetensorsFile {
     /// Opens `path` and validates its header; a file too short for its header or for any of its
     /// tensors is an error naming the file (and the first tensor cut short).
@@ -71,8 +142,12 @@ impl SafetensorsFile {
         reader
             .read_exact(&mut header)
             .map_err(|e| ModelError::io(path, e))?;
-        let metadata: Metadata = serde_json::from_slice(&header)
-            .map_err(|e| bad(format!("its JSON header does not parse: {e}")))?;
+        let metadata: Metadata = serde_json::from_slice(&header).map_err(|e| {
+            bad(match explain_layout(&header) {
+                Some(why) => format!("its JSON header is invalid: {why}"),
+                None => format!("its JSON header does not parse: {e}"),
+            })
+        })?;
 
         // Name the first tensor (in file order) whose bytes run past the end of the file.
         let available = file_bytes - data_start;
