@@ -2,7 +2,7 @@
 # What the capture layer costs: the decoder's own per-token wall time and host enqueue time
 # (recording, binding and submitting; medians over decode steps, from the trace `decoder capture`
 # writes itself) without the layer and under `profiler record` at each timestamp level, for both
-# presets. Prints a markdown table (docs/performance.md, "The capture layer", quotes it).
+# presets. Prints a markdown table (docs/capture-layer.md quotes it).
 #
 #   scripts/layer-overhead.sh [MODEL] [TOKENS] [REPEATS]     # defaults: smollm2 16 5
 #
@@ -32,7 +32,7 @@ trap 'rm -rf "$work"' EXIT
 # each kind of enqueue span, record, descriptors and submit, its median duration over all the
 # run's calls times its calls per step), and the share of submits that returned in under 2 us.
 # On lavapipe a submit returns in about 0.3 us or takes 7 to 20 us, in proportions that change
-# from run to run (docs/performance.md, "The decoder under the layer"), so a step's sum moves with
+# from run to run (docs/capture-layer.md, "The decoder under the layer"), so a step's sum moves with
 # them; the per-call medians do not, and they are where the layer's own time per call shows.
 medians() {
   python3 - "$1" <<'PY'

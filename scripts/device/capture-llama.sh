@@ -30,7 +30,7 @@
 #    pins every run to CPUs (below); $SERVER_ARGS adds llama-server options to every run alike
 #    (SERVER_ARGS="--poll 0": its CPU threadpool sleeps rather than busy-waits between graphs;
 #    by default it spins 16 threads on a machine of 16 CPUs, beside the host thread that bounds
-#    its decode and the layer's writer thread; docs/performance.md has what that changes).
+#    its decode and the layer's writer thread; docs/capture-layer.md has what that changes).
 # 3. `decoder capture --mode both` at the same context and length.
 # 4. One more llama-server run at `dispatch` with GGML_VK_DEBUG_MARKERS=1 (llama.cpp's pipeline
 #    names on its dispatches) and the fused preset at `--timestamps dispatch`; `profiler diff`

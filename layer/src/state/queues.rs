@@ -90,7 +90,7 @@ impl DeviceState {
     /// True when a submit of `batches` at the submit level is timed by the pair its one command
     /// buffer recorded (queries reset from the host), so the layer does not wrap it: on an H200
     /// llama-server lost 5.7% of its tokens/s to the wrappers (two more command buffers a
-    /// submit) and 1.6% to the stamps in its own (docs/performance.md, "Host query resets").
+    /// submit) and 1.6% to the stamps in its own (docs/capture-layer.md, "Host query resets").
     pub fn submit_timed_by_its_command_buffer<B: AsRef<[u64]>>(&self, batches: &[B]) -> bool {
         if !(self.level == Level::Submit && self.host_reset) {
             return false;
