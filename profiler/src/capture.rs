@@ -74,7 +74,8 @@ pub struct ProgramRun {
 pub enum CaptureError {
     #[error(
         "{program} never loaded the capture layer: it did not create a Vulkan instance through the \
-         Vulkan loader, so there is nothing to trace (profiler record traces Vulkan programs)"
+         Vulkan loader, or the loader could not load the layer's library (VK_LOADER_DEBUG=error,warn \
+         shows why), so there is nothing to trace (profiler record traces Vulkan programs)"
     )]
     NoVulkan { program: String },
     #[error("{program} created a Vulkan instance but no device, so there is nothing to trace")]

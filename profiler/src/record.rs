@@ -87,25 +87,31 @@ pub enum RecordError {
     )]
     NoLayer { path: PathBuf, how: String },
     #[error(
+        "the capture layer library {} ({how}) is not a shared library (it has no ELF header); \
+         give the libdecodescope_layer.so that `cargo build -p decodescope-layer` builds",
+        path.display()
+    )]
+    NotALibrary { path: PathBuf, how: String },
+    #[error(
         "no program to record: give it after `--` (profiler record --out T.json -- PROGRAM ARGS...)"
     )]
     NoProgram,
     #[error("cannot run {program}: {err} (is it on PATH, and executable?)")]
     Spawn {
         program: String,
-        #[source]
+        /// In the message, so not a `#[source]` (the message would repeat it).
         err: std::io::Error,
     },
     #[error("cannot set up the capture folder {}: {err}", path.display())]
     Scratch {
         path: PathBuf,
-        #[source]
+        /// In the message, so not a `#[source]` (the message would repeat it).
         err: std::io::Error,
     },
     #[error("cannot read the layer's raw capture {}: {err}", path.display())]
     ReadRaw {
         path: PathBuf,
-        #[source]
+        /// In the message, so not a `#[source]` (the message would repeat it).
         err: std::io::Error,
     },
     #[error(transparent)]
@@ -131,6 +137,16 @@ pub fn find_layer(explicit: Option<&Path>, exe: Option<&Path>) -> Result<PathBuf
     };
     if !path.is_file() {
         return Err(RecordError::NoLayer { path, how });
+    }
+    // The loader skips a layer library it cannot load, and the program then runs untraced: a
+    // file that is no shared library at all is named here instead.
+    let mut magic = [0u8; 4];
+    let elf = std::fs::File::open(&path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF";
+    if !elf {
+        return Err(RecordError::NotALibrary { path, how });
     }
     Ok(std::fs::canonicalize(&path).unwrap_or(path))
 }
@@ -353,6 +369,25 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("/nonexistent/libx.so"), "{msg}");
         assert!(msg.contains("--layer"), "{msg}");
+    }
+
+    #[test]
+    fn a_layer_that_is_no_shared_library_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (name, bytes) in [("text.so", &b"not a library"[..]), ("empty.so", &b""[..])] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).expect("write");
+            let msg = find_layer(Some(&path), None)
+                .expect_err("no ELF")
+                .to_string();
+            assert!(
+                msg.contains(name) && msg.contains("not a shared library"),
+                "{msg}"
+            );
+        }
+        let elf = dir.path().join("elf.so");
+        std::fs::write(&elf, b"\x7fELF\x02\x01\x01").expect("write");
+        assert!(find_layer(Some(&elf), None).is_ok());
     }
 
     #[test]
