@@ -260,4 +260,25 @@ fn also_adds_a_named_setting_and_refuses_what_it_cannot_run() {
         assert!(err.contains("--also"), "{bad}: {err}");
         assert!(!tmp.path().join("bad").join("bench.json").exists());
     }
+    // A --llama-server with no runnable binary is refused before the sweep, not after it.
+    let plain = tmp.path().join("llama-server");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let missing = tmp.path().join("nowhere");
+    for (path, why) in [
+        (&missing, "no llama-server binary"),
+        (&plain, "not executable"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_decoder"))
+            .args(["bench", "--model", "tiny", "--no-probe", "--llama-server"])
+            .arg(path)
+            .args(["--out", tmp.path().join("bad").to_str().unwrap()])
+            .env("DECODESCOPE_CACHE", tmp.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{path:?} was accepted");
+        assert!(err.contains("--llama-server") && err.contains(why), "{err}");
+        assert!(!err.contains("bench on"), "the sweep ran first: {err}");
+        assert!(!tmp.path().join("bad").join("bench.json").exists());
+    }
 }

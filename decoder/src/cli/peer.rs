@@ -53,6 +53,18 @@ pub fn server_binary(path: &Path) -> anyhow::Result<PathBuf> {
             path.display()
         );
     }
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = bin.metadata().map(|m| m.permissions().mode()).unwrap_or(0);
+        if mode & 0o111 == 0 {
+            bail!(
+                "--llama-server {}: {} is not executable (chmod +x it, or give the folder that \
+                 scripts/fetch-llama-server.sh prints)",
+                path.display(),
+                bin.display()
+            );
+        }
+    }
     Ok(bin)
 }
 

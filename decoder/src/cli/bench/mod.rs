@@ -283,6 +283,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|s| parse_setting(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // A --llama-server with no binary there is refused before the sweep; a server that fails to
+    // run later costs its rows only (peer_rows).
+    if let Some(path) = &args.llama_server {
+        peer::server_binary(path)?;
+    }
     let model = load_model(&args.model.model)?;
     let base_ids = prompt_ids(&model, &args.prompt)?;
     let gpu = Gpu::new(&GpuOptions {
