@@ -248,17 +248,24 @@ fn also_adds_a_named_setting_and_refuses_what_it_cannot_run() {
                 && r["reason"].as_str().unwrap().contains("in place")),
         "{refused:?}"
     );
-    for bad in ["fused:kernels=warp", "turbo:kernels=persistent", "fused"] {
+    // A refused bench: fails before its sweep, with its error on stderr and no result written.
+    let refused = |args: &[&std::ffi::OsStr]| {
         let o = Command::new(env!("CARGO_BIN_EXE_decoder"))
-            .args(["bench", "--model", "tiny", "--also", bad, "--no-probe"])
+            .args(["bench", "--model", "tiny", "--no-probe"])
+            .args(args)
             .args(["--out", tmp.path().join("bad").to_str().unwrap()])
             .env("DECODESCOPE_CACHE", tmp.path())
             .output()
             .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "--also {bad} was accepted");
-        assert!(err.contains("--also"), "{bad}: {err}");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "{args:?} was accepted");
+        assert!(!err.contains("bench on"), "the sweep ran first: {err}");
         assert!(!tmp.path().join("bad").join("bench.json").exists());
+        err
+    };
+    for bad in ["fused:kernels=warp", "turbo:kernels=persistent", "fused"] {
+        let err = refused(&["--also".as_ref(), bad.as_ref()]);
+        assert!(err.contains("--also"), "{bad}: {err}");
     }
     // A --llama-server with no runnable binary is refused before the sweep, not after it.
     let plain = tmp.path().join("llama-server");
@@ -268,17 +275,7 @@ fn also_adds_a_named_setting_and_refuses_what_it_cannot_run() {
         (&missing, "no llama-server binary"),
         (&plain, "not executable"),
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_decoder"))
-            .args(["bench", "--model", "tiny", "--no-probe", "--llama-server"])
-            .arg(path)
-            .args(["--out", tmp.path().join("bad").to_str().unwrap()])
-            .env("DECODESCOPE_CACHE", tmp.path())
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "{path:?} was accepted");
+        let err = refused(&["--llama-server".as_ref(), path.as_os_str()]);
         assert!(err.contains("--llama-server") && err.contains(why), "{err}");
-        assert!(!err.contains("bench on"), "the sweep ran first: {err}");
-        assert!(!tmp.path().join("bad").join("bench.json").exists());
     }
 }

@@ -54,19 +54,10 @@ fn explain_layout(header: &[u8]) -> Option<String> {
     let mut spans = Vec::new();
     for (name, v) in map.iter().filter(|(k, _)| *k != "__metadata__") {
         let dtype = v.get("dtype")?.as_str()?;
-        let shape: Option<Vec<u64>> = v
-            .get("shape")?
-            .as_array()?
-            .iter()
-            .map(|d| d.as_u64())
-            .collect();
-        let offsets: Option<Vec<u64>> = v
-            .get("data_offsets")?
-            .as_array()?
-            .iter()
-            .map(|d| d.as_u64())
-            .collect();
-        let (shape, offsets) = (shape?, offsets?);
+        let numbers = |key: &str| -> Option<Vec<u64>> {
+            v.get(key)?.as_array()?.iter().map(|d| d.as_u64()).collect()
+        };
+        let (shape, offsets) = (numbers("shape")?, numbers("data_offsets")?);
         let [begin, end] = offsets[..] else {
             return None;
         };
