@@ -1,6 +1,8 @@
 //! `profiler record` on a real foreign runtime: llama.cpp's `llama-server` (its Vulkan backend
 //! and its own Vulkan loader, from scripts/fetch-llama-server.sh) on lavapipe with SmolLM2,
 //! answering one `/completion` request of 16 tokens on a loopback port, stopped with SIGINT.
+//! And `decoder export-gguf --dtype` against llama.cpp's own quantizer (the wheel's libllama.so
+//! through scripts/llama-quantize.py): the same bytes.
 //!
 //! The wheel's CPU backend needs AVX-512: on a CPU without `avx512f` the full test prints why
 //! it skips; `--list-devices`, which loads the layer through llama-server's loader without
@@ -298,5 +300,90 @@ fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
     for p in [&fused, &out] {
         let l = viewer::logic::load_trace(p).expect("the viewer loads it");
         assert!(viewer::logic::layout_token(&l.trace, l.trace.tokens.len() - 1).is_some());
+    }
+}
+
+/// `decoder export-gguf --dtype` writes what llama-quantize writes: every tensor of `tiny`
+/// (Qwen3) and `tiny-llama` (Llama, q and k permuted; its rows of 288 take no K-quants) in the
+/// same type, shape and bytes as llama.cpp's quantizer gives the same model exported at f16, and
+/// the same `general.file_type`.
+#[test]
+fn export_gguf_writes_what_llama_quantize_writes() {
+    let Some(bin) = llama_bin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let export = |model: &str, dtype: &str| {
+        let out = dir.path().join(format!("{model}-{dtype}.gguf"));
+        let o = Command::new(built("decoder"))
+            .args(["export-gguf", model, "--dtype", dtype, "--out"])
+            .arg(&out)
+            .output()
+            .expect("decoder export-gguf");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    let cases = [
+        ("tiny", &["q8_0", "q4_0", "q4_1", "q4_k_m"][..]),
+        ("tiny-llama", &["q8_0", "q4_0", "q4_1"][..]),
+    ];
+    for (model, dtypes) in cases {
+        let f16 = export(model, "f16");
+        for &dtype in dtypes {
+            let ours = export(model, dtype);
+            let theirs = dir.path().join(format!("{model}-{dtype}-llama.gguf"));
+            let o = Command::new("python3")
+                .arg(root().join("scripts/llama-quantize.py"))
+                .arg(&f16)
+                .arg(&theirs)
+                .arg(dtype)
+                .arg("--lib")
+                .arg(&bin)
+                .output();
+            let Ok(o) = o else {
+                skip::<()>("python3 cannot run scripts/llama-quantize.py");
+                return;
+            };
+            assert!(
+                o.status.success(),
+                "llama-quantize.py {model} {dtype}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let (a, b) = (
+                decoder::gguf::GgufFile::open(&ours).expect("ours"),
+                decoder::gguf::GgufFile::open(&theirs).expect("llama.cpp's"),
+            );
+            let what = format!("{model} at {dtype}");
+            assert_eq!(
+                a.get("general.file_type").and_then(|v| v.as_u64()),
+                b.get("general.file_type").and_then(|v| v.as_u64()),
+                "{what}: general.file_type"
+            );
+            let names = |g: &decoder::gguf::GgufFile| {
+                let mut n: Vec<String> = g.tensors().iter().map(|t| t.name.clone()).collect();
+                n.sort();
+                n
+            };
+            assert_eq!(names(&a), names(&b), "{what}: tensor names");
+            for t in a.tensors() {
+                let u = b.tensor(&t.name).expect("listed");
+                assert_eq!(
+                    (t.ggml_type, &t.dims),
+                    (u.ggml_type, &u.dims),
+                    "{what}: tensor {}",
+                    t.name
+                );
+                let (x, y) = (
+                    a.read_tensor_data(t).expect("read ours"),
+                    b.read_tensor_data(u).expect("read llama.cpp's"),
+                );
+                let differ = x.iter().zip(&y).filter(|(p, q)| p != q).count();
+                assert!(
+                    differ == 0,
+                    "{what}: tensor {} ({}) differs in {differ} of {} bytes",
+                    t.name,
+                    t.ggml_type,
+                    x.len()
+                );
+            }
+        }
     }
 }
