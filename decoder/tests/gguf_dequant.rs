@@ -182,6 +182,94 @@ fn q6_k_combines_low_nibbles_and_high_bit_pairs() {
 }
 
 #[test]
+fn q5_k_is_q4_k_with_a_fifth_bit_per_chunk_from_qh() {
+    // d = 0.5, dmin = 0.25; every sub-block's (scale, min) = (2, 1): bytes 0..4 scales, 4..8
+    // mins, 8..12 the low nibbles of sub-blocks 4..8 (no top bits).
+    let mut scales = [0u8; 12];
+    scales[..4].fill(2);
+    scales[4..8].fill(1);
+    scales[8..].fill(2 | (1 << 4));
+    // qh[l] bit 2c tops element l of sub-block 2c, bit 2c + 1 element l of sub-block 2c + 1.
+    let mut qh = [0u8; 32];
+    qh[0] = 0b0000_0001; // element 0 (sub-block 0) + 16
+    qh[1] = 0b0000_0010; // element 33 (sub-block 1, l = 1) + 16
+    qh[2] = 0b1000_0000; // element 192 + 32 + 2 = 226 (sub-block 7, l = 2) + 16
+    let mut qs = [0x73u8; 128]; // low nibble 3, high nibble 7
+    qs[96 + 2] = 0xf0; // chunk 3, l = 2: sub-block 6 low 0, sub-block 7 high 15
+    let mut data = h(0.5).to_vec();
+    data.extend_from_slice(&h(0.25));
+    data.extend_from_slice(&scales);
+    data.extend_from_slice(&qh);
+    data.extend_from_slice(&qs);
+    assert_eq!(data.len(), 176);
+    let got = dequantize(GgmlType::Q5K, &data, 256).unwrap();
+    // value = d * scale * q - dmin * min = q - 0.25
+    assert_eq!(got[0], 19.0 - 0.25);
+    assert_eq!(got[1], 3.0 - 0.25);
+    assert_eq!(got[32], 7.0 - 0.25);
+    assert_eq!(got[33], 23.0 - 0.25);
+    assert_eq!(got[192 + 2], 0.0 - 0.25);
+    assert_eq!(got[226], 31.0 - 0.25);
+    assert_eq!(got[255], 7.0 - 0.25);
+}
+
+#[test]
+fn q3_k_takes_2_bits_a_high_mask_and_signed_6_bit_scales() {
+    // Scale k (0..16): low 4 bits from byte k % 8 (low nibble for k < 8, else high), top 2
+    // bits from bits 2 (k / 4) of byte 8 + k % 4; minus 32. Chosen: scale 0 = 33 (1 + 2 << 4:
+    // byte 0 low nibble 1, byte 8 bits 0-1 = 2) -> 1; scale 9 = 47 (15 + 2 << 4: byte 1 high
+    // nibble 15, byte 9 bits 4-5 = 2) -> 15; every other scale 0 -> -32.
+    let mut scales = [0u8; 12];
+    scales[0] = 1;
+    scales[8] = 2;
+    scales[1] = 15 << 4;
+    scales[9] = 2 << 4;
+    // Element 128 n + 32 j + l: bits 2j of qs[32 n + l], minus 4 unless bit 4 n + j of hmask[l].
+    let mut hmask = [0u8; 32];
+    let mut qs = [0u8; 64];
+    qs[0] = 0b11; // element 0: q = 3, hmask bit 0 set -> 3
+    hmask[0] = 1;
+    qs[1] = 0b01; // element 1: q = 1, no mask bit -> 1 - 4 = -3
+    qs[32 + 16] = 0b10 << 2; // element 128 + 32 + 16 = 176 (n 1, j 1, l 16): q = 2
+    hmask[16] = 1 << 5; // bit 4 + 1 set -> 2
+    let mut data = hmask.to_vec();
+    data.extend_from_slice(&qs);
+    data.extend_from_slice(&scales);
+    data.extend_from_slice(&h(0.5));
+    assert_eq!(data.len(), 110);
+    let got = dequantize(GgmlType::Q3K, &data, 256).unwrap();
+    assert_eq!(got[0], 0.5 * 1.0 * 3.0);
+    assert_eq!(got[1], 0.5 * 1.0 * -3.0);
+    // Element 176 is sub-block 8 + 2 + 1 = 11: scale -32.
+    assert_eq!(got[176], 0.5 * -32.0 * 2.0);
+    // Element 16 (n 0, j 0, l 16) is sub-block 1: scale -32, q = 0 - 4.
+    assert_eq!(got[16], 0.5 * -32.0 * -4.0);
+    // Sub-block 9 (n 1, j 0, l 16..32): scale 15, q = 0 - 4.
+    assert_eq!(got[128 + 16], 0.5 * 15.0 * -4.0);
+}
+
+#[test]
+fn q2_k_takes_2_bits_with_a_4_bit_scale_and_min_per_16() {
+    // scales[k]: scale in the low nibble, min in the high one, for sub-block k of 16.
+    let mut scales = [0u8; 16];
+    scales[0] = 3 | (1 << 4);
+    scales[13] = 7 | (2 << 4); // sub-block 13 = n 1, j 2, l 16..32
+    let mut qs = [0u8; 64];
+    qs[5] = 0b11; // element 5: q = 3
+    qs[32 + 20] = 0b10 << 4; // element 128 + 64 + 20 = 212: q = 2
+    let mut data = scales.to_vec();
+    data.extend_from_slice(&qs);
+    data.extend_from_slice(&h(0.5));
+    data.extend_from_slice(&h(0.25));
+    assert_eq!(data.len(), 84);
+    let got = dequantize(GgmlType::Q2K, &data, 256).unwrap();
+    assert_eq!(got[5], 0.5 * 3.0 * 3.0 - 0.25 * 1.0);
+    assert_eq!(got[6], -0.25);
+    assert_eq!(got[212], 0.5 * 7.0 * 2.0 - 0.25 * 2.0);
+    assert_eq!(got[255], 0.0);
+}
+
+#[test]
 fn wrong_sizes_and_unsupported_types_are_errors() {
     assert_eq!(
         dequantize(GgmlType::Q8_0, &[0u8; 34], 31),
@@ -200,8 +288,8 @@ fn wrong_sizes_and_unsupported_types_are_errors() {
             got: 17
         })
     );
-    let err = dequantize(GgmlType::Q5K, &[0u8; 176], 256).unwrap_err();
-    assert!(err.to_string().contains("Q5_K"), "{err}");
+    let err = dequantize(GgmlType::Q8K, &[0u8; 292], 256).unwrap_err();
+    assert!(err.to_string().contains("Q8_K"), "{err}");
     let err = dequantize(GgmlType::from_id(16), &[], 0).unwrap_err();
     assert!(err.to_string().contains("IQ2_XXS"), "{err}");
 }

@@ -1,8 +1,9 @@
 //! `profiler record` on a real foreign runtime: llama.cpp's `llama-server` (its Vulkan backend
 //! and its own Vulkan loader, from scripts/fetch-llama-server.sh) on lavapipe with SmolLM2,
 //! answering one `/completion` request of 16 tokens on a loopback port, stopped with SIGINT.
-//! And `decoder export-gguf --dtype` against llama.cpp's own quantizer (the wheel's libllama.so
-//! through scripts/llama-quantize.py): the same bytes.
+//! And the GGUF blocks against llama.cpp's own quantizer and dequantizer (the wheel's libraries
+//! through scripts/llama-ggml.py): `decoder export-gguf --dtype` writes the same bytes, and the
+//! CPU reference dequantizes every block type to the same floats.
 //!
 //! The wheel's CPU backend needs AVX-512: on a CPU without `avx512f` the full test prints why
 //! it skips; `--list-devices`, which loads the layer through llama-server's loader without
@@ -303,6 +304,26 @@ fn a_16_token_completion_is_15_decode_steps_of_equal_work() {
     }
 }
 
+/// Runs scripts/llama-ggml.py with `args` against the libraries in `bin`; false (having skipped)
+/// where python3 cannot run it, and a failure where llama.cpp refuses.
+fn llama_ggml(bin: &Path, args: &[&std::ffi::OsStr]) -> bool {
+    let o = Command::new("python3")
+        .arg(root().join("scripts/llama-ggml.py"))
+        .arg("--lib")
+        .arg(bin)
+        .args(args)
+        .output();
+    let Ok(o) = o else {
+        return skip::<()>("python3 cannot run scripts/llama-ggml.py").is_some();
+    };
+    assert!(
+        o.status.success(),
+        "llama-ggml.py {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    true
+}
+
 /// `decoder export-gguf --dtype` writes what llama-quantize writes: every tensor of `tiny`
 /// (Qwen3) and `tiny-llama` (Llama, q and k permuted; its rows of 288 take no K-quants) in the
 /// same type, shape and bytes as llama.cpp's quantizer gives the same model exported at f16, and
@@ -330,23 +351,17 @@ fn export_gguf_writes_what_llama_quantize_writes() {
         for &dtype in dtypes {
             let ours = export(model, dtype);
             let theirs = dir.path().join(format!("{model}-{dtype}-llama.gguf"));
-            let o = Command::new("python3")
-                .arg(root().join("scripts/llama-quantize.py"))
-                .arg(&f16)
-                .arg(&theirs)
-                .arg(dtype)
-                .arg("--lib")
-                .arg(&bin)
-                .output();
-            let Ok(o) = o else {
-                skip::<()>("python3 cannot run scripts/llama-quantize.py");
+            if !llama_ggml(
+                &bin,
+                &[
+                    "quantize".as_ref(),
+                    f16.as_os_str(),
+                    theirs.as_os_str(),
+                    dtype.as_ref(),
+                ],
+            ) {
                 return;
-            };
-            assert!(
-                o.status.success(),
-                "llama-quantize.py {model} {dtype}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            }
             let (a, b) = (
                 decoder::gguf::GgufFile::open(&ours).expect("ours"),
                 decoder::gguf::GgufFile::open(&theirs).expect("llama.cpp's"),
@@ -385,5 +400,95 @@ fn export_gguf_writes_what_llama_quantize_writes() {
                 );
             }
         }
+    }
+}
+
+/// The CPU reference's dequantization (`gguf::dequantize`, which the GPU paths are checked
+/// against) gives the very floats ggml's `to_float` gives, for every tensor of `tiny` quantized
+/// by llama.cpp to file types that together hold every block type decodescope reads (Q2_K, Q3_K
+/// and Q5_K among them, which it dequantizes at load); and a Q4_K_S file (Q4_K blocks kept on
+/// the GPU, Q5_K matrices dequantized) decodes on the GPU as on the CPU.
+#[test]
+fn the_reference_dequantizes_every_block_type_as_ggml_does() {
+    let Some(bin) = llama_bin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f16 = dir.path().join("tiny-f16.gguf");
+    let o = Command::new(built("decoder"))
+        .args(["export-gguf", "tiny", "--out"])
+        .arg(&f16)
+        .output()
+        .expect("decoder export-gguf");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut seen = std::collections::BTreeSet::new();
+    for ftype in [
+        "q2_k", "q3_k_m", "q4_0", "q4_1", "q4_k_s", "q5_0", "q5_1", "q5_k_m", "q6_k", "q8_0",
+    ] {
+        let file = dir.path().join(format!("tiny-{ftype}.gguf"));
+        let floats = dir.path().join(ftype);
+        for args in [
+            vec![
+                "quantize".as_ref(),
+                f16.as_os_str(),
+                file.as_os_str(),
+                ftype.as_ref(),
+            ],
+            vec!["dequantize".as_ref(), file.as_os_str(), floats.as_os_str()],
+        ] {
+            if !llama_ggml(&bin, &args) {
+                return;
+            }
+        }
+        let g = decoder::gguf::GgufFile::open(&file).expect("llama.cpp's file");
+        for t in g.tensors() {
+            let data = g.read_tensor_data(t).expect("read");
+            let ours = decoder::gguf::dequantize(t.ggml_type, &data, t.n_elements() as usize)
+                .unwrap_or_else(|e| panic!("{ftype}: tensor {}: {e}", t.name));
+            let theirs: Vec<f32> = std::fs::read(floats.join(format!("{}.f32", t.name)))
+                .expect("ggml's floats")
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            assert_eq!(ours.len(), theirs.len(), "{ftype}: tensor {}", t.name);
+            let differ = ours
+                .iter()
+                .zip(&theirs)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            assert!(
+                differ == 0,
+                "{ftype}: tensor {} ({}): {differ} of {} values differ from ggml's",
+                t.name,
+                t.ggml_type,
+                ours.len()
+            );
+            seen.insert(t.ggml_type.to_string());
+        }
+    }
+    for t in [
+        "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0",
+    ] {
+        assert!(seen.contains(t), "no {t} tensor was compared: {seen:?}");
+    }
+    let q4_k_s = dir.path().join("tiny-q4_k_s.gguf");
+    let text = |args: &[&str]| {
+        let o = Command::new(built("decoder"))
+            .args(["run", "--max-tokens", "12", "--model"])
+            .arg(&q4_k_s)
+            .args(args)
+            .output()
+            .expect("decoder run");
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let cpu = text(&["--backend", "cpu"]);
+    for mode in [
+        &["--mode", "generic"][..],
+        &["--mode", "fused", "--kernels", "persistent"],
+    ] {
+        assert_eq!(text(mode), cpu, "{mode:?} against the CPU reference");
     }
 }

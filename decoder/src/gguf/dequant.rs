@@ -15,6 +15,9 @@
 //! | Q5_1 | 32 | 24 | `half d; half m; u8 qh[4]; u8 qs[16]` | `d * (nib(j) \| hi(j) << 4) + m` |
 //! | Q4_K | 256 | 144 | `half d; half dmin; u8 scales[12]; u8 qs[128]` | see [`dequant_q4_k`] |
 //! | Q6_K | 256 | 210 | `u8 ql[128]; u8 qh[64]; i8 scales[16]; half d` | see [`dequant_q6_k`] |
+//! | Q5_K | 256 | 176 | `half d; half dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]` | see [`dequant_q5_k`] |
+//! | Q3_K | 256 | 110 | `u8 hmask[32]; u8 qs[64]; u8 scales[12]; half d` | see [`dequant_q3_k`] |
+//! | Q2_K | 256 | 84 | `u8 scales[16]; u8 qs[64]; half d; half dmin` | see [`dequant_q2_k`] |
 //!
 //! In the 32-element formats `nib(j)` is the low nibble of `qs[j]` for `j < 16` and the high
 //! nibble of `qs[j - 16]` for `j >= 16`; `hi(j)` is bit `j` of the little-endian `u32` `qh`.
@@ -51,7 +54,8 @@ pub enum GgmlType {
 }
 
 /// Every type [`dequantize`] accepts, for error messages.
-pub const DEQUANTIZABLE: &str = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K";
+pub const DEQUANTIZABLE: &str =
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
 
 impl GgmlType {
     pub fn from_id(id: u32) -> Self {
@@ -149,7 +153,10 @@ impl GgmlType {
                 | GgmlType::Q4_1
                 | GgmlType::Q5_0
                 | GgmlType::Q5_1
+                | GgmlType::Q2K
+                | GgmlType::Q3K
                 | GgmlType::Q4K
+                | GgmlType::Q5K
                 | GgmlType::Q6K
         )
     }
@@ -268,6 +275,9 @@ pub fn dequantize(
         GgmlType::Q5_1 => blocks.for_each(|(b, y)| dequant_q5_1(b, y)),
         GgmlType::Q4K => blocks.for_each(|(b, y)| dequant_q4_k(b, y)),
         GgmlType::Q6K => blocks.for_each(|(b, y)| dequant_q6_k(b, y)),
+        GgmlType::Q5K => blocks.for_each(|(b, y)| dequant_q5_k(b, y)),
+        GgmlType::Q3K => blocks.for_each(|(b, y)| dequant_q3_k(b, y)),
+        GgmlType::Q2K => blocks.for_each(|(b, y)| dequant_q2_k(b, y)),
         _ => return Err(DequantError::UnsupportedType(ggml_type)),
     }
     Ok(out)
@@ -353,19 +363,23 @@ pub(crate) fn q4_k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
+/// The factors `(d * scale, dmin * min)` of sub-blocks `2c` and `2c + 1` of a Q4_K or Q5_K block
+/// `b` (both start `half d; half dmin; u8 scales[12]`).
+fn k_chunk_scales(b: &[u8], c: usize) -> [(f32, f32); 2] {
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    [2 * c, 2 * c + 1].map(|j| {
+        let (sc, m) = q4_k_scale_min(j, &b[4..16]);
+        (d * f32::from(sc), dmin * f32::from(m))
+    })
+}
+
 /// Q4_K: `half d; half dmin; u8 scales[12]; u8 qs[128]`, 8 sub-blocks of 32 elements. Each
 /// 64-element chunk `c` (0..4) reads `qs[32c..32c+32]`: low nibbles are sub-block `2c`, high
 /// nibbles sub-block `2c + 1`; element value `d * scale * q - dmin * min`.
 pub fn dequant_q4_k(b: &[u8], y: &mut [f32]) {
-    let d = f16_at(b, 0);
-    let dmin = f16_at(b, 2);
-    let scales = &b[4..16];
     let qs = &b[16..144];
     for c in 0..4 {
-        let (sc0, m0) = q4_k_scale_min(2 * c, scales);
-        let (sc1, m1) = q4_k_scale_min(2 * c + 1, scales);
-        let (d0, min0) = (d * f32::from(sc0), dmin * f32::from(m0));
-        let (d1, min1) = (d * f32::from(sc1), dmin * f32::from(m1));
+        let [(d0, min0), (d1, min1)] = k_chunk_scales(b, c);
         let q = &qs[32 * c..32 * c + 32];
         let out = &mut y[64 * c..64 * c + 64];
         for l in 0..32 {
@@ -398,6 +412,82 @@ pub fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
             out[l + 32] = scale(2) * q2 as f32;
             out[l + 64] = scale(4) * q3 as f32;
             out[l + 96] = scale(6) * q4 as f32;
+        }
+    }
+}
+
+/// Q5_K: `half d; half dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]`: Q4_K's sub-blocks, scales and
+/// nibbles, each quant with a fifth bit from `qh`: for 64-element chunk `c` (0..4), bit `2c` of
+/// `qh[l]` tops element `l` of sub-block `2c` and bit `2c + 1` element `l` of sub-block `2c + 1`;
+/// value `d * scale * q - dmin * min`.
+pub fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
+    let qh = &b[16..48];
+    let qs = &b[48..176];
+    for c in 0..4 {
+        let [(d0, min0), (d1, min1)] = k_chunk_scales(b, c);
+        let q = &qs[32 * c..32 * c + 32];
+        let out = &mut y[64 * c..64 * c + 64];
+        for l in 0..32 {
+            let h0 = ((qh[l] >> (2 * c)) & 1) << 4;
+            let h1 = ((qh[l] >> (2 * c + 1)) & 1) << 4;
+            out[l] = d0 * f32::from((q[l] & 0x0f) | h0) - min0;
+            out[l + 32] = d1 * f32::from((q[l] >> 4) | h1) - min1;
+        }
+    }
+}
+
+/// Q3_K's 16 signed 6-bit scales from its 12 `scales` bytes: scale `k` takes its low 4 bits from
+/// byte `k % 8` (low nibble for `k < 8`, high nibble after) and its top 2 bits from bits
+/// `2 (k / 8) .. + 2` of byte `8 + k % 4`, minus 32.
+fn q3_k_scales(s: &[u8]) -> [i32; 16] {
+    std::array::from_fn(|k| {
+        let low = if k < 8 { s[k] & 0x0f } else { s[k - 8] >> 4 };
+        let high = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+        i32::from(low | (high << 4)) - 32
+    })
+}
+
+/// Q3_K: `u8 hmask[32]; u8 qs[64]; u8 scales[12]; half d`, 16 sub-blocks of 16 elements. Each
+/// 128-element half `n` (0..2) reads `qs[32n..32n+32]`; its four 32-element quarters `j` (0..4)
+/// take bits `2j..2j+2` of those bytes, element `l` of quarter `j` (l in 0..32) minus 4 unless bit
+/// `4n + j` of `hmask[l]` is set; value `d * scale * q`, the scale of sub-block `8n + 2j + l / 16`.
+pub fn dequant_q3_k(b: &[u8], y: &mut [f32]) {
+    let hmask = &b[0..32];
+    let d = f16_at(b, 108);
+    let scales = q3_k_scales(&b[96..108]);
+    for n in 0..2 {
+        let q = &b[32 + 32 * n..64 + 32 * n];
+        for j in 0..4 {
+            for l in 0..32 {
+                let low = i32::from((q[l] >> (2 * j)) & 3);
+                let high = if hmask[l] & (1 << (4 * n + j)) != 0 {
+                    0
+                } else {
+                    4
+                };
+                let dl = d * scales[8 * n + 2 * j + l / 16] as f32;
+                y[128 * n + 32 * j + l] = dl * (low - high) as f32;
+            }
+        }
+    }
+}
+
+/// Q2_K: `u8 scales[16]; u8 qs[64]; half d; half dmin`, 16 sub-blocks of 16 elements, each with a
+/// 4-bit scale (low nibble) and min (high nibble). Quants are laid out as Q3_K's low bits: element
+/// `l` of quarter `j` of half `n` is bits `2j..2j+2` of `qs[32n + l]`; value
+/// `d * scale * q - dmin * min`.
+pub fn dequant_q2_k(b: &[u8], y: &mut [f32]) {
+    let scales = &b[0..16];
+    let d = f16_at(b, 80);
+    let dmin = f16_at(b, 82);
+    for n in 0..2 {
+        let q = &b[16 + 32 * n..48 + 32 * n];
+        for j in 0..4 {
+            for l in 0..32 {
+                let sc = scales[8 * n + 2 * j + l / 16];
+                let (dl, ml) = (d * f32::from(sc & 0x0f), dmin * f32::from(sc >> 4));
+                y[128 * n + 32 * j + l] = dl * f32::from((q[l] >> (2 * j)) & 3) - ml;
+            }
         }
     }
 }
