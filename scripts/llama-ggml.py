@@ -11,7 +11,8 @@ does.
     scripts/llama-ggml.py dequantize IN.gguf OUT_DIR       # OUT_DIR/NAME.f32 per tensor
 
 quantize: TYPE is a llama-quantize file type (q4_0, q4_1, q8_0, q5_0, q5_1, q2_k, q3_k_s,
-q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl), without an importance matrix.
+q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs), without an importance
+matrix.
 dequantize: each tensor's values by ggml's own `to_float` of its type, as little-endian f32.
 --lib DIR names the folder of the libraries (default: the one fetch-llama-server.sh prints).
 Exit status 0 on success, 1 when llama.cpp refused, 2 for bad arguments.
@@ -41,6 +42,7 @@ FTYPES = {
     "q5_k_m": 17,
     "q6_k": 18,
     "iq4_nl": 25,
+    "iq4_xs": 30,
 }
 
 

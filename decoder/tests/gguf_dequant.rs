@@ -270,6 +270,46 @@ fn q2_k_takes_2_bits_with_a_4_bit_scale_and_min_per_16() {
 }
 
 #[test]
+fn iq4_nl_and_iq4_xs_index_the_non_linear_levels() {
+    // ggml's kvalues_iq4nl.
+    let levels = [
+        -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+    ];
+    // IQ4_NL: Q4_0's layout, the nibble indexing the levels.
+    let mut nl = h(0.5).to_vec();
+    nl.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    let got = dequantize(GgmlType::Iq4Nl, &nl, 32).unwrap();
+    for j in 0..16 {
+        assert_eq!(got[j], 0.5 * levels[j] as f32, "element {j}");
+        assert_eq!(
+            got[j + 16],
+            0.5 * levels[15 - j] as f32,
+            "element {}",
+            j + 16
+        );
+    }
+    // IQ4_XS: sub-block k's scale is the nibble k % 2 of scales_l[k / 2] with bits 2k of
+    // scales_h on top, minus 32. Sub-block 0: 1 + (2 << 4) = 33 -> 1; sub-block 3: 15 + (1 << 4)
+    // = 31 -> -1; the others 0 -> -32.
+    let scales_h: u16 = 2 | (1 << 6);
+    let scales_l = [0x01u8, 0xf0, 0, 0];
+    let mut xs = h(0.25).to_vec();
+    xs.extend_from_slice(&scales_h.to_le_bytes());
+    xs.extend_from_slice(&scales_l);
+    let mut qs = [0x00u8; 128]; // level -127 everywhere
+    qs[0] = 0x8f; // sub-block 0: element 0 level 113, element 16 level 1
+    qs[48] = 0x09; // sub-block 3, element 96: level 13
+    xs.extend_from_slice(&qs);
+    assert_eq!(xs.len(), 136);
+    let got = dequantize(GgmlType::Iq4Xs, &xs, 256).unwrap();
+    assert_eq!(got[0], 0.25 * 1.0 * 113.0);
+    assert_eq!(got[16], 0.25 * 1.0 * 1.0);
+    assert_eq!(got[1], 0.25 * 1.0 * -127.0);
+    assert_eq!(got[96], -0.25 * 13.0); // scale -1
+    assert_eq!(got[32], 0.25 * -32.0 * -127.0);
+}
+
+#[test]
 fn wrong_sizes_and_unsupported_types_are_errors() {
     assert_eq!(
         dequantize(GgmlType::Q8_0, &[0u8; 34], 31),

@@ -405,8 +405,8 @@ fn export_gguf_writes_what_llama_quantize_writes() {
 
 /// The CPU reference's dequantization (`gguf::dequantize`, which the GPU paths are checked
 /// against) gives the very floats ggml's `to_float` gives, for every tensor of `tiny` quantized
-/// by llama.cpp to file types that together hold every block type decodescope reads (Q2_K, Q3_K
-/// and Q5_K among them, which it dequantizes at load); and a Q4_K_S file (Q4_K blocks kept on
+/// by llama.cpp to file types that together hold every block type decodescope reads (Q2_K, Q3_K,
+/// Q5_K, IQ4_NL and IQ4_XS among them, which it dequantizes at load); and a Q4_K_S file (Q4_K blocks kept on
 /// the GPU, Q5_K matrices dequantized) decodes on the GPU as on the CPU.
 #[test]
 fn the_reference_dequantizes_every_block_type_as_ggml_does() {
@@ -422,6 +422,7 @@ fn the_reference_dequantizes_every_block_type_as_ggml_does() {
     let mut seen = std::collections::BTreeSet::new();
     for ftype in [
         "q2_k", "q3_k_m", "q4_0", "q4_1", "q4_k_s", "q5_0", "q5_1", "q5_k_m", "q6_k", "q8_0",
+        "iq4_nl", "iq4_xs",
     ] {
         let file = dir.path().join(format!("tiny-{ftype}.gguf"));
         let floats = dir.path().join(ftype);
@@ -465,7 +466,8 @@ fn the_reference_dequantizes_every_block_type_as_ggml_does() {
         }
     }
     for t in [
-        "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0",
+        "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "IQ4_NL",
+        "IQ4_XS",
     ] {
         assert!(seen.contains(t), "no {t} tensor was compared: {seen:?}");
     }

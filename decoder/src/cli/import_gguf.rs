@@ -12,7 +12,7 @@ use crate::gguf::{ImportOptions, OutDtype, import_gguf};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The GGUF file to convert (version 2 or 3; architectures llama and qwen3; tensor types
-    /// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
+    /// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS).
     pub file: PathBuf,
     /// The checkpoint directory to create (config.json, model.safetensors, tokenizer files).
     #[arg(long, value_name = "DIR")]

@@ -18,9 +18,12 @@
 //! | Q5_K | 256 | 176 | `half d; half dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]` | see [`dequant_q5_k`] |
 //! | Q3_K | 256 | 110 | `u8 hmask[32]; u8 qs[64]; u8 scales[12]; half d` | see [`dequant_q3_k`] |
 //! | Q2_K | 256 | 84 | `u8 scales[16]; u8 qs[64]; half d; half dmin` | see [`dequant_q2_k`] |
+//! | IQ4_NL | 32 | 18 | `half d; u8 qs[16]` | `d * IQ4[nib(j)]` |
+//! | IQ4_XS | 256 | 136 | `half d; u16 scales_h; u8 scales_l[4]; u8 qs[128]` | see [`dequant_iq4_xs`] |
 //!
 //! In the 32-element formats `nib(j)` is the low nibble of `qs[j]` for `j < 16` and the high
-//! nibble of `qs[j - 16]` for `j >= 16`; `hi(j)` is bit `j` of the little-endian `u32` `qh`.
+//! nibble of `qs[j - 16]` for `j >= 16`; `hi(j)` is bit `j` of the little-endian `u32` `qh`;
+//! `IQ4` is ggml's table of 16 non-linear levels ([`IQ4_LEVELS`]).
 
 use std::fmt;
 
@@ -44,6 +47,8 @@ pub enum GgmlType {
     Q5K,
     Q6K,
     Q8K,
+    Iq4Nl,
+    Iq4Xs,
     I8,
     I16,
     I32,
@@ -55,7 +60,7 @@ pub enum GgmlType {
 
 /// Every type [`dequantize`] accepts, for error messages.
 pub const DEQUANTIZABLE: &str =
-    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
 
 impl GgmlType {
     pub fn from_id(id: u32) -> Self {
@@ -74,6 +79,8 @@ impl GgmlType {
             13 => GgmlType::Q5K,
             14 => GgmlType::Q6K,
             15 => GgmlType::Q8K,
+            20 => GgmlType::Iq4Nl,
+            23 => GgmlType::Iq4Xs,
             24 => GgmlType::I8,
             25 => GgmlType::I16,
             26 => GgmlType::I32,
@@ -100,6 +107,8 @@ impl GgmlType {
             GgmlType::Q5K => 13,
             GgmlType::Q6K => 14,
             GgmlType::Q8K => 15,
+            GgmlType::Iq4Nl => 20,
+            GgmlType::Iq4Xs => 23,
             GgmlType::I8 => 24,
             GgmlType::I16 => 25,
             GgmlType::I32 => 26,
@@ -127,6 +136,8 @@ impl GgmlType {
             GgmlType::Q5K => (256, 176),
             GgmlType::Q6K => (256, 210),
             GgmlType::Q8K => (256, 292),
+            GgmlType::Iq4Nl => (32, 18),
+            GgmlType::Iq4Xs => (256, 136),
             GgmlType::I8 => (1, 1),
             GgmlType::I16 => (1, 2),
             GgmlType::I32 => (1, 4),
@@ -158,6 +169,8 @@ impl GgmlType {
                 | GgmlType::Q4K
                 | GgmlType::Q5K
                 | GgmlType::Q6K
+                | GgmlType::Iq4Nl
+                | GgmlType::Iq4Xs
         )
     }
 }
@@ -179,6 +192,8 @@ impl fmt::Display for GgmlType {
             GgmlType::Q5K => "Q5_K",
             GgmlType::Q6K => "Q6_K",
             GgmlType::Q8K => "Q8_K",
+            GgmlType::Iq4Nl => "IQ4_NL",
+            GgmlType::Iq4Xs => "IQ4_XS",
             GgmlType::I8 => "I8",
             GgmlType::I16 => "I16",
             GgmlType::I32 => "I32",
@@ -191,10 +206,8 @@ impl fmt::Display for GgmlType {
                     17 => "IQ2_XS",
                     18 => "IQ3_XXS",
                     19 => "IQ1_S",
-                    20 => "IQ4_NL",
                     21 => "IQ3_S",
                     22 => "IQ2_S",
-                    23 => "IQ4_XS",
                     29 => "IQ1_M",
                     34 => "TQ1_0",
                     35 => "TQ2_0",
@@ -278,6 +291,8 @@ pub fn dequantize(
         GgmlType::Q5K => blocks.for_each(|(b, y)| dequant_q5_k(b, y)),
         GgmlType::Q3K => blocks.for_each(|(b, y)| dequant_q3_k(b, y)),
         GgmlType::Q2K => blocks.for_each(|(b, y)| dequant_q2_k(b, y)),
+        GgmlType::Iq4Nl => blocks.for_each(|(b, y)| dequant_iq4_nl(b, y)),
+        GgmlType::Iq4Xs => blocks.for_each(|(b, y)| dequant_iq4_xs(b, y)),
         _ => return Err(DequantError::UnsupportedType(ggml_type)),
     }
     Ok(out)
@@ -489,5 +504,38 @@ pub fn dequant_q2_k(b: &[u8], y: &mut [f32]) {
                 y[128 * n + 32 * j + l] = dl * f32::from((q[l] >> (2 * j)) & 3) - ml;
             }
         }
+    }
+}
+
+/// The 16 levels a 4-bit IQ4 quant indexes (ggml's `kvalues_iq4nl`).
+pub const IQ4_LEVELS: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// 32 elements of IQ4 quants `qs` (16 bytes: low nibbles first, as Q4_0) at scale `d`.
+fn iq4_run(d: f32, qs: &[u8], y: &mut [f32]) {
+    for j in 0..16 {
+        y[j] = d * f32::from(IQ4_LEVELS[usize::from(qs[j] & 0x0f)]);
+        y[j + 16] = d * f32::from(IQ4_LEVELS[usize::from(qs[j] >> 4)]);
+    }
+}
+
+/// IQ4_NL: `half d; u8 qs[16]`, Q4_0's layout with non-linear levels.
+fn dequant_iq4_nl(b: &[u8], y: &mut [f32]) {
+    iq4_run(f16_at(b, 0), &b[2..18], y);
+}
+
+/// IQ4_XS: `half d; u16 scales_h; u8 scales_l[4]; u8 qs[128]`, 8 sub-blocks of 32 laid out as
+/// IQ4_NL's quants; sub-block `k`'s 6-bit scale takes its low 4 bits from nibble `k % 2` of
+/// `scales_l[k / 2]` and its top 2 from bits `2k..2k+2` of `scales_h`; value `d * (scale - 32) *
+/// IQ4[q]`.
+fn dequant_iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let scales_h = u16::from_le_bytes([b[2], b[3]]);
+    for k in 0..8 {
+        let low = (b[4 + k / 2] >> (4 * (k % 2))) & 0x0f;
+        let high = ((scales_h >> (2 * k)) & 3) as u8;
+        let dl = d * (i32::from(low | (high << 4)) - 32) as f32;
+        iq4_run(dl, &b[8 + 16 * k..24 + 16 * k], &mut y[32 * k..32 * k + 32]);
     }
 }

@@ -2,8 +2,8 @@
 //! tokenizer come from its metadata exactly as [`import_gguf`] writes them, and every matrix in a
 //! block type the kernels decode (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) keeps the file's blocks, which go
 //! to the GPU as they are. Other tensors are read as f32 values, as the importer reads them: norms
-//! stay f32, other matrices (F16, BF16, F32, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K) are rounded to the f16
-//! the GPU holds.
+//! stay f32, other matrices (F16, BF16, F32, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) are
+//! rounded to the f16 the GPU holds.
 
 use super::*;
 use crate::model::{Blocks, Model, ModelConfig, Tensor, Tokenizer, WeightType, Weights};
