@@ -453,7 +453,7 @@ fn plan_tensors(gguf: &GgufFile, hp: &Hparams) -> Result<Vec<Planned>, ImportErr
         });
     }
 
-    let required = vec![
+    let mut required = vec![
         "token_embd.weight".to_string(),
         "output_norm.weight".to_string(),
     ];
@@ -494,14 +494,11 @@ fn plan_tensors(gguf: &GgufFile, hp: &Hparams) -> Result<Vec<Planned>, ImportErr
             present,
         });
     }
-    // Lazily: a block_count of billions must not build billions of names first.
-    let layers =
-        (0..hp.n_layers).flat_map(|l| per_layer.iter().map(move |t| format!("blk.{l}.{t}.weight")));
-    if let Some(missing) = required
-        .into_iter()
-        .chain(layers)
-        .find(|n| gguf.tensor(n).is_none())
-    {
+    // block_count is now at most the highest layer named: no more names than the file has.
+    for l in 0..hp.n_layers {
+        required.extend(per_layer.iter().map(|t| format!("blk.{l}.{t}.weight")));
+    }
+    if let Some(missing) = required.into_iter().find(|n| gguf.tensor(n).is_none()) {
         return Err(ImportError::MissingTensor {
             path: path.to_path_buf(),
             tensor: missing,
