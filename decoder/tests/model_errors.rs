@@ -240,6 +240,32 @@ fn unsupported_architecture_names_field_and_value() {
     );
 }
 
+/// A Qwen3 checkpoint whose config.json names Llama would run without its q and k norms (another
+/// model's tokens); it is refused, naming the norm and the class.
+#[test]
+fn qwen3_norms_under_a_llama_config_are_refused() {
+    for edit in [
+        serde_json::json!({"architectures": ["LlamaForCausalLM"]}),
+        serde_json::json!({"architectures": null, "model_type": "llama"}),
+    ] {
+        let (_t, dir) = tiny();
+        edit_config(&dir, |c| {
+            for (k, v) in edit.as_object().unwrap() {
+                c[k] = v.clone();
+            }
+        });
+        assert_names(
+            &load_error(&dir),
+            &[
+                "model.safetensors",
+                "model.layers.0.self_attn.k_norm.weight",
+                "LlamaForCausalLM",
+                "architectures",
+            ],
+        );
+    }
+}
+
 #[test]
 fn missing_tokenizer_json_names_the_file() {
     let (_t, dir) = tiny();

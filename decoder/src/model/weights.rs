@@ -152,6 +152,7 @@ impl Weights {
     pub fn load(dir: &Path, config: &ModelConfig) -> Result<Self, ModelError> {
         let checkpoint = Checkpoint::open(dir)?;
         checkpoint.reject_biases()?;
+        checkpoint.reject_qk_norms(config)?;
         // Before a name is listed: the config's layer count against the checkpoint's, so that a
         // huge num_hidden_layers fails at once and extra layers are not silently ignored.
         checkpoint.check_layers(&dir.join("config.json"), config.layers)?;
@@ -425,20 +426,47 @@ impl Checkpoint {
         Ok(Tensor::new(name, shape, data))
     }
 
+    /// The file that holds tensor `name` (the checkpoint's directory when it is not listed).
+    fn path_of(&self, name: &str) -> PathBuf {
+        self.location
+            .get(name)
+            .and_then(|&i| self.files.get(i))
+            .map_or_else(|| self.source.clone(), |f| f.path().to_path_buf())
+    }
+
     /// Biases are not part of either architecture as implemented; a checkpoint with one is
     /// rejected rather than silently computed without it.
     fn reject_biases(&self) -> Result<(), ModelError> {
         for name in self.names() {
             if name.ends_with(".bias") {
-                let path = self
-                    .location
-                    .get(&name)
-                    .and_then(|&i| self.files.get(i))
-                    .map_or_else(|| self.source.clone(), |f| f.path().to_path_buf());
                 return Err(ModelError::UnsupportedTensor {
+                    path: self.path_of(&name),
                     name,
-                    path,
                     hint: "projection biases are not implemented".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A checkpoint with Qwen3's per-head q and k norms under a config without them (Llama) is
+    /// rejected: computed without its norms it would give another model's tokens without a word.
+    fn reject_qk_norms(&self, config: &ModelConfig) -> Result<(), ModelError> {
+        if config.qk_norm {
+            return Ok(());
+        }
+        for name in self.names() {
+            if name.ends_with(".self_attn.q_norm.weight")
+                || name.ends_with(".self_attn.k_norm.weight")
+            {
+                return Err(ModelError::UnsupportedTensor {
+                    path: self.path_of(&name),
+                    name,
+                    hint: format!(
+                        "{} has no q or k norm, which Qwen3ForCausalLM has; config.json's \
+                         architectures (or model_type) names the wrong model",
+                        config.arch.hf_class()
+                    ),
                 });
             }
         }
