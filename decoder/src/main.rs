@@ -7,7 +7,7 @@ fn main() -> std::process::ExitCode {
     match decoder::cli::dispatch(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", decoder::cli::error_message(&e));
             std::process::ExitCode::FAILURE
         }
     }

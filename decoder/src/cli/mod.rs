@@ -59,3 +59,42 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::ExportGguf(a) => export_gguf::run(a),
     }
 }
+
+/// What the command line prints for `e`: the error and its causes joined by ": ", each once. A
+/// cause whose text the message already holds (an error that prints its source itself, as
+/// [`ModelError`](crate::model::ModelError) does) is not repeated.
+pub fn error_message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_message;
+    use anyhow::Context;
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = || std::io::Error::other("Is a directory");
+        // A cause the message already prints, under a context that does not.
+        let e = Err::<(), _>(crate::model::ModelError::io("m/config.json", io()))
+            .context("cannot load the model in m")
+            .unwrap_err();
+        assert_eq!(
+            error_message(&e),
+            "cannot load the model in m: cannot read m/config.json: Is a directory"
+        );
+        // Causes that are not in the message are all printed.
+        let e = Err::<(), _>(io()).context("cannot read x").unwrap_err();
+        assert_eq!(error_message(&e), "cannot read x: Is a directory");
+    }
+}
