@@ -266,6 +266,39 @@ fn qwen3_norms_under_a_llama_config_are_refused() {
     }
 }
 
+/// A tokenizer.json with a token beyond the model's vocabulary (another model's tokenizer): a
+/// prompt that uses it is refused at encoding, naming the file, the token and vocab_size.
+#[test]
+fn a_prompt_token_beyond_the_vocabulary_names_tokenizer_and_vocab_size() {
+    let (_t, dir) = tiny();
+    let path = dir.join("tokenizer.json");
+    let mut tok: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let vocab = Model::load(&dir).unwrap().config.vocab;
+    tok["added_tokens"].as_array_mut().unwrap().push(
+        serde_json::json!({"id": vocab + 10, "content": "<far>", "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": true}),
+    );
+    std::fs::write(&path, tok.to_string()).unwrap();
+    let model = Model::load(&dir).unwrap();
+    // Prompts without the token still encode.
+    assert!(model.tokenizer.encode_prompt("hello", false).is_ok());
+    let err = model
+        .tokenizer
+        .encode_prompt("hello <far>", false)
+        .unwrap_err()
+        .to_string();
+    assert_names(
+        &err,
+        &[
+            "tokenizer.json",
+            "\"<far>\"",
+            "has id",
+            &format!("vocab_size (config.json) is {vocab}"),
+        ],
+    );
+}
+
 #[test]
 fn missing_tokenizer_json_names_the_file() {
     let (_t, dir) = tiny();

@@ -21,6 +21,9 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     eos_ids: Vec<u32>,
     chat: Option<ChatTemplate>,
+    /// The model's vocabulary (config.json's `vocab_size`): a prompt's id at or above it is
+    /// refused at encoding. `None` where the tokenizer was built without a model.
+    model_vocab: Option<usize>,
 }
 
 /// A chat template and the special-token strings it may refer to.
@@ -144,6 +147,7 @@ impl Tokenizer {
             inner,
             eos_ids,
             chat,
+            model_vocab: Some(config.vocab),
         })
     }
 
@@ -154,6 +158,7 @@ impl Tokenizer {
             inner,
             eos_ids,
             chat: None,
+            model_vocab: None,
         }
     }
 
@@ -185,11 +190,23 @@ impl Tokenizer {
     }
 
     /// Encodes text; `add_special_tokens` applies the post-processor (a BOS for Llama 3).
+    /// Ids at or above the model's vocabulary (a tokenizer.json of another model) are refused.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ModelError> {
-        self.inner
+        let ids = self
+            .inner
             .encode(text, add_special_tokens)
             .map(|e| e.get_ids().to_vec())
-            .map_err(|e| self.error(format!("cannot encode the prompt: {e}")))
+            .map_err(|e| self.error(format!("cannot encode the prompt: {e}")))?;
+        if let Some(vocab) = self.model_vocab
+            && let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab)
+        {
+            let token = self.inner.id_to_token(id).unwrap_or_default();
+            return Err(self.error(format!(
+                "the prompt's token {token:?} has id {id}, but the model's vocab_size \
+                 (config.json) is {vocab}: this tokenizer.json is not the checkpoint's"
+            )));
+        }
+        Ok(ids)
     }
 
     /// Decodes ids into text, special tokens included.
