@@ -7,7 +7,7 @@ fn main() -> std::process::ExitCode {
     match decoder::cli::dispatch(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", decoder::cli::error_message(&e));
+            eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

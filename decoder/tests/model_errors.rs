@@ -299,6 +299,22 @@ fn a_prompt_token_beyond_the_vocabulary_names_tokenizer_and_vocab_size() {
     );
 }
 
+/// The command line prints an error with its causes (`{:#}`): a cause the message already
+/// holds (an I/O or JSON error) is said once.
+#[test]
+fn causes_are_printed_once() {
+    let (_t, dir) = tiny();
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    std::fs::create_dir(dir.join("config.json")).unwrap();
+    let (_u, dir2) = tiny();
+    std::fs::write(dir2.join("tokenizer_config.json"), "{").unwrap();
+    for (dir, cause) in [(&dir, "Is a directory"), (&dir2, "EOF while parsing")] {
+        let e = anyhow::Error::from(Model::load(dir).unwrap_err()).context("cannot load the model");
+        let printed = format!("{e:#}");
+        assert_eq!(printed.matches(cause).count(), 1, "{printed}");
+    }
+}
+
 #[test]
 fn missing_tokenizer_json_names_the_file() {
     let (_t, dir) = tiny();

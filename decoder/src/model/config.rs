@@ -324,11 +324,10 @@ impl ConfigFile {
                 ModelError::io(path, e)
             }
         })?;
-        let mut file: ConfigFile =
-            serde_json::from_str(&text).map_err(|source| ModelError::Json {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let mut file: ConfigFile = serde_json::from_str(&text).map_err(|err| ModelError::Json {
+            path: path.to_path_buf(),
+            err,
+        })?;
         file.path = path.to_path_buf();
         Ok(file)
     }

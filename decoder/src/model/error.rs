@@ -5,25 +5,25 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {err}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
+        err: std::io::Error,
     },
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}: {err}", path.display())]
     Write {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
+        err: std::io::Error,
     },
     #[error("{} is missing: {hint}", path.display())]
     MissingFile { path: PathBuf, hint: String },
-    #[error("malformed JSON in {}: {source}; fix or replace the file", path.display())]
+    #[error("malformed JSON in {}: {err}; fix or replace the file", path.display())]
     Json {
         path: PathBuf,
-        #[source]
-        source: serde_json::Error,
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
+        err: serde_json::Error,
     },
     #[error("{}: unsupported {field} = {value}; {hint}", path.display())]
     Unsupported {
@@ -105,17 +105,17 @@ pub enum ModelError {
 }
 
 impl ModelError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, err: std::io::Error) -> Self {
         Self::Io {
             path: path.into(),
-            source,
+            err,
         }
     }
 
-    pub(crate) fn write(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn write(path: impl Into<PathBuf>, err: std::io::Error) -> Self {
         Self::Write {
             path: path.into(),
-            source,
+            err,
         }
     }
 }

@@ -154,7 +154,7 @@ impl Preset {
         let mut file: ConfigFile =
             serde_json::from_value(json).map_err(|source| ModelError::Json {
                 path: PathBuf::from(format!("<preset {}>/config.json", self.name())),
-                source,
+                err: source,
             })?;
         file.path = PathBuf::from(format!("<preset {}>/config.json", self.name()));
         file.normalize()

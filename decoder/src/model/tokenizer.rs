@@ -83,9 +83,9 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, M
     match std::fs::read_to_string(path) {
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
-            .map_err(|source| ModelError::Json {
+            .map_err(|err| ModelError::Json {
                 path: path.to_path_buf(),
-                source,
+                err,
             }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ModelError::io(path, e)),

@@ -50,9 +50,9 @@ pub fn load_gguf_model(gguf_path: &Path) -> Result<Model, ImportError> {
         &dir.join("tokenizer_config.json"),
         &tok_files.tokenizer_config_json,
     )?;
-    let model_err = |source| ImportError::Model {
+    let model_err = |err| ImportError::Model {
         path: path.clone(),
-        source: Box::new(source),
+        err: Box::new(err),
     };
     let config = ModelConfig::from_dir(dir).map_err(model_err)?;
     let tokenizer = Tokenizer::load(dir, &config).map_err(model_err)?;
@@ -96,20 +96,20 @@ fn read_tensor(gguf: &GgufFile, p: &Planned) -> Result<Tensor, ImportError> {
                 }
                 RowTransform::None => raw,
             };
-            Tensor::from_blocks(p.hf_name.clone(), &shape, Blocks { wtype, bytes }).map_err(
-                |source| ImportError::Model {
+            Tensor::from_blocks(p.hf_name.clone(), &shape, Blocks { wtype, bytes }).map_err(|err| {
+                ImportError::Model {
                     path: path.to_path_buf(),
-                    source: Box::new(source),
-                },
-            )
+                    err: Box::new(err),
+                }
+            })
         }
         None => {
             let n = shape.iter().product();
             let mut values =
-                dequantize(t.ggml_type, &raw, n).map_err(|source| ImportError::Dequant {
+                dequantize(t.ggml_type, &raw, n).map_err(|err| ImportError::Dequant {
                     path: path.to_path_buf(),
                     tensor: t.name.clone(),
-                    source,
+                    err,
                 })?;
             if let RowTransform::UnpermuteRope { n_heads } = p.transform {
                 values = unpermute_rope_rows(&values, n_heads, cols)

@@ -190,12 +190,12 @@ pub enum ImportError {
         found: Vec<u64>,
         expected: Vec<u64>,
     },
-    #[error("{}: tensor {tensor}: {source}", path.display())]
+    #[error("{}: tensor {tensor}: {err}", path.display())]
     Dequant {
         path: PathBuf,
         tensor: String,
-        #[source]
-        source: DequantError,
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
+        err: DequantError,
     },
     #[error("{}: tensor {tensor}: {what}", path.display())]
     NotRepresentable {
@@ -203,11 +203,11 @@ pub enum ImportError {
         tensor: String,
         what: String,
     },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {err}", path.display())]
     Model {
         path: PathBuf,
-        #[source]
-        source: Box<crate::model::ModelError>,
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
+        err: Box<crate::model::ModelError>,
     },
     #[error(
         "{} already exists; pass --force to replace it, or choose another output directory",
@@ -221,11 +221,11 @@ pub enum ImportError {
         path.display()
     )]
     OutputNotDirectory { path: PathBuf, what: String },
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}: {err}", path.display())]
     Write {
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        /// In the message, so not a `#[source]`: `{:#}` chains would say it twice.
+        err: io::Error,
     },
 }
 
@@ -606,9 +606,9 @@ fn write_weights(
         header_bytes.push(b' ');
     }
 
-    let write_err = |source| ImportError::Write {
+    let write_err = |err| ImportError::Write {
         path: out.to_path_buf(),
-        source,
+        err,
     };
     let file = File::create(out).map_err(write_err)?;
     let mut w = BufWriter::with_capacity(1 << 22, file);
@@ -625,12 +625,11 @@ fn write_weights(
             tensor: t.name.clone(),
             what: "too many elements for this machine".into(),
         })?;
-        let mut values =
-            dequantize(t.ggml_type, &raw, n).map_err(|source| ImportError::Dequant {
-                path: gguf.path().to_path_buf(),
-                tensor: t.name.clone(),
-                source,
-            })?;
+        let mut values = dequantize(t.ggml_type, &raw, n).map_err(|err| ImportError::Dequant {
+            path: gguf.path().to_path_buf(),
+            tensor: t.name.clone(),
+            err,
+        })?;
         if let RowTransform::UnpermuteRope { n_heads } = p.transform {
             let cols = t.dims[0] as usize;
             values = unpermute_rope_rows(&values, n_heads, cols).ok_or_else(|| {
@@ -683,9 +682,9 @@ fn check_representable(
 }
 
 fn write_json(path: &Path, value: &Json) -> Result<(), ImportError> {
-    let write_err = |source| ImportError::Write {
+    let write_err = |err| ImportError::Write {
         path: path.to_path_buf(),
-        source,
+        err,
     };
     let mut text =
         serde_json::to_string_pretty(value).map_err(|e| write_err(io::Error::other(e)))?;

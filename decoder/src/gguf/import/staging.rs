@@ -10,10 +10,10 @@ pub(super) fn check_out_dir(target: &Path, overwrite: bool) -> Result<(), Import
     let meta = match fs::symlink_metadata(target) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
+        Err(err) => {
             return Err(ImportError::Write {
                 path: target.to_path_buf(),
-                source,
+                err,
             });
         }
     };
@@ -48,9 +48,9 @@ impl Staging {
     pub(super) fn create(target: &Path) -> Result<Self, ImportError> {
         profiler::io::StagedDir::create(target)
             .map(Staging)
-            .map_err(|source| ImportError::Write {
+            .map_err(|err| ImportError::Write {
                 path: target.to_path_buf(),
-                source,
+                err,
             })
     }
 
@@ -66,9 +66,9 @@ impl Staging {
         check_out_dir(target, overwrite)?;
         self.0
             .commit(target, overwrite)
-            .map_err(|source| ImportError::Write {
+            .map_err(|err| ImportError::Write {
                 path: target.to_path_buf(),
-                source,
+                err,
             })
     }
 }
