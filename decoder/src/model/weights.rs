@@ -151,8 +151,7 @@ impl Weights {
     /// Loads every tensor the config calls for from `dir`.
     pub fn load(dir: &Path, config: &ModelConfig) -> Result<Self, ModelError> {
         let checkpoint = Checkpoint::open(dir)?;
-        checkpoint.reject_biases()?;
-        checkpoint.reject_qk_norms(config)?;
+        checkpoint.reject_unplaced(config)?;
         // Before a name is listed: the config's layer count against the checkpoint's, so that a
         // huge num_hidden_layers fails at once and extra layers are not silently ignored.
         checkpoint.check_layers(&dir.join("config.json"), config.layers)?;
@@ -301,9 +300,9 @@ impl Checkpoint {
             let text =
                 std::fs::read_to_string(&index_path).map_err(|e| ModelError::io(&index_path, e))?;
             let index: ShardIndex =
-                serde_json::from_str(&text).map_err(|source| ModelError::Json {
+                serde_json::from_str(&text).map_err(|err| ModelError::Json {
                     path: index_path.clone(),
-                    source,
+                    err,
                 })?;
             let mut shard_names: Vec<&String> = index.weight_map.values().collect();
             shard_names.sort();
@@ -434,41 +433,30 @@ impl Checkpoint {
             .map_or_else(|| self.source.clone(), |f| f.path().to_path_buf())
     }
 
-    /// Biases are not part of either architecture as implemented; a checkpoint with one is
-    /// rejected rather than silently computed without it.
-    fn reject_biases(&self) -> Result<(), ModelError> {
+    /// Tensors the architecture has no place for are rejected rather than silently left out:
+    /// biases (not part of either architecture as implemented), and Qwen3's per-head q and k
+    /// norms under a config without them (a Llama would give another model's tokens).
+    fn reject_unplaced(&self, config: &ModelConfig) -> Result<(), ModelError> {
         for name in self.names() {
-            if name.ends_with(".bias") {
-                return Err(ModelError::UnsupportedTensor {
-                    path: self.path_of(&name),
-                    name,
-                    hint: "projection biases are not implemented".into(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// A checkpoint with Qwen3's per-head q and k norms under a config without them (Llama) is
-    /// rejected: computed without its norms it would give another model's tokens without a word.
-    fn reject_qk_norms(&self, config: &ModelConfig) -> Result<(), ModelError> {
-        if config.qk_norm {
-            return Ok(());
-        }
-        for name in self.names() {
-            if name.ends_with(".self_attn.q_norm.weight")
-                || name.ends_with(".self_attn.k_norm.weight")
+            let hint = if name.ends_with(".bias") {
+                "projection biases are not implemented".to_string()
+            } else if !config.qk_norm
+                && (name.ends_with(".self_attn.q_norm.weight")
+                    || name.ends_with(".self_attn.k_norm.weight"))
             {
-                return Err(ModelError::UnsupportedTensor {
-                    path: self.path_of(&name),
-                    name,
-                    hint: format!(
-                        "{} has no q or k norm, which Qwen3ForCausalLM has; config.json's \
-                         architectures (or model_type) names the wrong model",
-                        config.arch.hf_class()
-                    ),
-                });
-            }
+                format!(
+                    "{} has no q or k norm, which Qwen3ForCausalLM has; config.json's \
+                     architectures (or model_type) names the wrong model",
+                    config.arch.hf_class()
+                )
+            } else {
+                continue;
+            };
+            return Err(ModelError::UnsupportedTensor {
+                path: self.path_of(&name),
+                name,
+                hint,
+            });
         }
         Ok(())
     }
